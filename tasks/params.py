@@ -1,0 +1,103 @@
+"""Task names, difficulty levels and each level's parameters.
+
+``TASK_PARAMS`` is the single place a level is defined: change a number here and the task, its
+sequence length and the README table all follow. The starting values are the lead's first guess;
+they are re-tuned by measurement (spec §3: ``hard`` must not be acquired by the smallest model in
+the first tenth of its budget, ``easy`` is acquired quickly).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+TASKS: tuple[str, ...] = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul", "deduce")
+DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
+
+TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
+    "copy": {
+        "easy": {"length": 6, "alphabet": 10},
+        "medium": {"length": 16, "alphabet": 10},
+        "hard": {"length": 32, "alphabet": 32},
+    },
+    "reverse": {
+        "easy": {"length": 6, "alphabet": 10},
+        "medium": {"length": 16, "alphabet": 10},
+        "hard": {"length": 32, "alphabet": 10},
+    },
+    "compare": {
+        "easy": {"digits": 2},
+        "medium": {"digits": 5},
+        "hard": {"digits": 10},
+    },
+    "parity": {
+        "easy": {"bits": 8},
+        "medium": {"bits": 16},
+        "hard": {"bits": 32},
+    },
+    "add": {
+        "easy": {"digits": 2},
+        "medium": {"digits": 4},
+        "hard": {"digits": 8},
+    },
+    "mod": {
+        "easy": {"op": "+", "p": 11},
+        "medium": {"op": "+", "p": 47},
+        "hard": {"op": "*", "p": 97},
+    },
+    "sort": {
+        "easy": {"length": 8, "alphabet": 10},
+        "medium": {"length": 16, "alphabet": 32},
+        "hard": {"length": 40, "alphabet": 64},
+    },
+    "mul": {
+        "easy": {"digits_a": 2, "digits_b": 1},
+        "medium": {"digits_a": 2, "digits_b": 2},
+        "hard": {"digits_a": 3, "digits_b": 3},
+    },
+    "deduce": {
+        "easy": {"chain": 3, "distractors": 0},
+        "medium": {"chain": 5, "distractors": 2},
+        "hard": {"chain": 8, "distractors": 6},
+    },
+}
+
+# What each parameter means, for the README table and for error messages.
+PARAM_DOCS: dict[str, dict[str, str]] = {
+    "copy": {"length": "list length", "alphabet": "values 0..alphabet-1"},
+    "reverse": {"length": "list length", "alphabet": "values 0..alphabet-1"},
+    "compare": {"digits": "digits per number (leading zeros allowed)"},
+    "parity": {"bits": "bit-string length"},
+    "add": {"digits": "digits per operand; answer has digits+1"},
+    "mod": {"op": "one of + - *", "p": "modulus, 2..127; residues are single tokens"},
+    "sort": {"length": "list length", "alphabet": "values 0..alphabet-1"},
+    "mul": {"digits_a": "digits of the first factor", "digits_b": "digits of the second factor"},
+    "deduce": {
+        "chain": "entities on the queried chain (chain-1 facts)",
+        "distractors": "facts of a second, unrelated chain",
+    },
+}
+
+
+def check_choice(kind: str, value: object, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise a ValueError that lists them."""
+    if not isinstance(value, str) or value not in choices:
+        plural = "difficulties" if kind == "difficulty" else f"{kind}s"
+        raise ValueError(f"unknown {kind} {value!r}; valid {plural}: {', '.join(choices)}")
+    return value
+
+
+def resolve_params(task: str, difficulty: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A copy of the level's parameters, with ``overrides`` applied (unknown keys raise)."""
+    check_choice("task", task, TASKS)
+    check_choice("difficulty", difficulty, DIFFICULTIES)
+    params = copy.deepcopy(TASK_PARAMS[task][difficulty])
+    if overrides:
+        bad = sorted(set(overrides) - set(params))
+        if bad:
+            raise ValueError(
+                f"unknown parameters {bad} for task {task!r}; valid parameters: {', '.join(sorted(params))}"
+            )
+        params.update(overrides)
+    return params

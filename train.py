@@ -1,0 +1,244 @@
+"""Train a capgeo transformer on an algorithmic task with the geometry callbacks attached.
+
+    python train.py --task sort --difficulty hard
+
+Logs to TensorBoard under ``--logdir`` (``tensorboard --logdir runs``), saves checkpoints, and prints
+the precursor verdict at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+
+import tasks
+from capgeo_callbacks import PrecursorDetector, RankMeMonitor
+from models import SIZES, CapabilityModule
+
+log = logging.getLogger("capgeo.train")
+
+EVALUATION_POINTS = 256  # spec §5: about 256 evaluations per run
+# Measures `--measures` can name; "default" is rankme + probes, "all" adds the costly ones.
+MEASURES = ("rankme",)
+DEFAULT_MEASURES = ("rankme", "probes")
+WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    max_steps: int
+    batch_size: int
+    lr: float
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+
+
+# Calibrated for the smallest size on 2 CPU cores (README, "Calibration"): easy tasks are acquired in a
+# few minutes; hard ones run up to ~20 minutes.
+DEFAULTS: dict[str, dict[str, TrainingDefaults]] = {
+    task: {
+        "easy": TrainingDefaults(max_steps=1000, batch_size=64, lr=1e-3),
+        "medium": TrainingDefaults(max_steps=3000, batch_size=64, lr=1e-3),
+        "hard": TrainingDefaults(max_steps=8000, batch_size=64, lr=1e-3),
+    }
+    for task in tasks.TASKS
+}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Train a capgeo transformer with RankMe and precursor detection.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--task", required=True, choices=tasks.TASKS, help="algorithmic task")
+    parser.add_argument("--difficulty", default="hard", choices=tasks.DIFFICULTIES, help="task difficulty")
+    parser.add_argument("--size", default=next(iter(SIZES)), choices=list(SIZES), help="model size")
+    parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: per task)")
+    parser.add_argument("--batch-size", type=int, default=None, help="batch size (default: per task)")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per task)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for data, initialisation and training")
+    parser.add_argument(
+        "--measures", default="default",
+        help=f"'default', 'none', 'all', or a comma-separated list of: {', '.join(MEASURES)}",
+    )
+    parser.add_argument("--eval-points", type=int, default=EVALUATION_POINTS, help="evaluations per run")
+    parser.add_argument("--logdir", default="runs", help="TensorBoard log folder")
+    parser.add_argument("--name", default=None, help="run name (default: TASK-DIFFICULTY-SIZE-sSEED)")
+    parser.add_argument("--resume", action="store_true", help="resume the latest version of this run")
+    parser.add_argument("--devices", default="1", help="Lightning devices (e.g. 1, 2, auto)")
+    parser.add_argument("--strategy", default="auto", help="Lightning strategy (e.g. auto, ddp)")
+    parser.add_argument("--accelerator", default="cpu", help="Lightning accelerator (cpu, gpu, auto)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    args = parser.parse_args(argv)
+    defaults = DEFAULTS[args.task][args.difficulty]
+    args.max_steps = defaults.max_steps if args.max_steps is None else args.max_steps
+    args.batch_size = defaults.batch_size if args.batch_size is None else args.batch_size
+    args.lr = defaults.lr if args.lr is None else args.lr
+    args.warmup_steps = min(defaults.warmup_steps, max(1, args.max_steps // 10))
+    args.weight_decay = defaults.weight_decay
+    if args.max_steps < 1:
+        parser.error(f"--max-steps must be at least 1, got {args.max_steps}")
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.eval_points < 1:
+        parser.error(f"--eval-points must be at least 1, got {args.eval_points}")
+    try:
+        args.measure_names = resolve_measures(args.measures)
+    except ValueError as err:
+        parser.error(str(err))
+    args.devices = int(args.devices) if args.devices.isdigit() else args.devices
+    args.name = args.name or f"{args.task}-{args.difficulty}-{args.size}-s{args.seed}"
+    return args
+
+
+def resolve_measures(spec: str) -> list[str]:
+    """Expand the ``--measures`` value into measure names."""
+    presets = {"none": [], "default": list(DEFAULT_MEASURES), "all": list(MEASURES)}
+    if spec in presets:
+        return [m for m in presets[spec] if m in MEASURES]
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    unknown = [name for name in names if name not in MEASURES]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown measure(s) {', '.join(unknown) or repr(spec)}; valid: "
+            f"default, none, all, or a comma-separated list of {', '.join(MEASURES)}"
+        )
+    return names
+
+
+def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any]) -> list[Callback]:
+    """The capgeo callbacks for the chosen measures, with the precursor detector when RankMe is on."""
+    callbacks: list[Callback] = []
+    if "rankme" in names:
+        callbacks.append(RankMeMonitor(layers=WATCHED_LAYERS, selector="answer"))
+    if callbacks:
+        callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info))
+    return callbacks
+
+
+def check_logdir(logdir: str) -> Path:
+    """Create ``logdir`` or fail early with a clear message, before any training."""
+    path = Path(logdir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".capgeo_write_test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise SystemExit(f"error: --logdir {logdir!r} is not writable: {err}") from err
+    return path
+
+
+def latest_version(run_root: Path) -> int | None:
+    versions = [int(p.name.split("_")[1]) for p in run_root.glob("version_*") if p.name.split("_")[1].isdigit()]
+    return max(versions) if versions else None
+
+
+def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: TensorBoardLogger) -> pl.Trainer:
+    val_interval = max(1, args.max_steps // args.eval_points)
+    checkpoint = ModelCheckpoint(dirpath=Path(logger.log_dir) / "checkpoints", save_last=True,
+                                 every_n_train_steps=val_interval * 16, save_top_k=0)
+    return pl.Trainer(
+        max_steps=args.max_steps,
+        val_check_interval=val_interval,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        log_every_n_steps=max(1, min(50, val_interval)),
+        accelerator=args.accelerator,
+        devices=args.devices,
+        strategy=args.strategy,
+        logger=logger,
+        callbacks=[checkpoint, *callbacks],
+        enable_progress_bar=not args.no_progress,
+        enable_model_summary=False,
+        deterministic=True,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logdir = check_logdir(args.logdir)
+    pl.seed_everything(args.seed, workers=True, verbose=False)
+
+    datamodule = tasks.make_datamodule(args.task, args.difficulty, seed=args.seed, batch_size=args.batch_size)
+    module = CapabilityModule(
+        size=args.size, vocab_size=datamodule.vocab_size, max_seq_len=datamodule.seq_len, lr=args.lr,
+        weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, max_steps=args.max_steps,
+    )
+    run_root = logdir / args.name
+    ckpt_path: str | None = None
+    version = None
+    if args.resume:
+        version = latest_version(run_root)
+        last = None if version is None else run_root / f"version_{version}" / "checkpoints" / "last.ckpt"
+        if last is None or not last.exists():
+            raise SystemExit(f"error: --resume given but no checkpoint found under {run_root}/version_*/checkpoints")
+        ckpt_path = str(last)
+    logger = TensorBoardLogger(save_dir=str(logdir), name=args.name, version=version, default_hp_metric=False)
+
+    run_info = {
+        "task": args.task, "difficulty": args.difficulty, "size": args.size, "seed": args.seed,
+        "parameters": module.model.num_parameters(), "max_steps": args.max_steps,
+        "batch_size": args.batch_size, "lr": args.lr, "task_params": datamodule.params,
+    }
+    callbacks = build_measure_callbacks(args.measure_names, run_info=run_info)
+    trainer = build_trainer(args, callbacks, logger)
+    started = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    wall = time.perf_counter() - started
+
+    summary = {"run_dir": logger.log_dir, "wall_seconds": wall, **run_info}
+    summary_path = Path(logger.log_dir) / "capgeo_summary.json"
+    if trainer.is_global_zero:
+        if summary_path.exists():
+            summary = {**json.loads(summary_path.read_text()), "wall_seconds": wall}
+        print_summary(summary, trainer)
+    return summary
+
+
+def print_summary(summary: dict[str, Any], trainer: pl.Trainer) -> None:
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    print(f"\nrun folder: {summary['run_dir']}  ({summary['wall_seconds']:.0f} s)")
+    print(f"{summary['task']}/{summary['difficulty']} size {summary['size']} "
+          f"({summary['parameters']:,} parameters), {summary['max_steps']} steps")
+    if metrics:
+        print("final: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())))
+    if "verdict" not in summary:
+        return
+    print(f"acquisition step: {summary.get('acquisition_step')}   "
+          f"log-prob emergence step: {summary.get('logprob_emergence_step')}")
+    print(f"verdict: {summary['verdict']}   gap: {summary.get('gap')} steps   "
+          f"layer-order rho: {summary.get('layer_order_rho')}")
+    layers = summary.get("layers", {})
+    if layers:
+        header = f"{'layer':<16}{'collapse':>10}{'floor':>9}{'recovery':>10}  verdict"
+        print(header)
+        print("-" * len(header))
+        for name, info in layers.items():
+            floor = info.get("floor")
+            print(f"{name:<16}{str(info.get('collapse_step')):>10}"
+                  f"{'' if floor is None else f'{floor:.2f}':>9}{str(info.get('recovery_step')):>10}  "
+                  f"{info.get('verdict')}")
+
+
+if __name__ == "__main__":
+    torch.set_float32_matmul_precision("high")
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
