@@ -50,11 +50,19 @@ class TaskSpec:
     question_len: int  # tokens before "="
     answer_len: int  # tokens after "="
     sample: Sampler  # (n, generator) -> seq [n, question_len + 1 + answer_len]
+    # Question rows -> a canonical form of the same shape, hashed for the split and deduplicated
+    # in evaluation sets; None means the question itself.
+    canonical: Callable[[Tensor], Tensor] | None = None
 
     @property
     def seq_len(self) -> int:
         """Length T of ``input_ids`` (the full sequence minus one)."""
         return self.question_len + self.answer_len
+
+    def question_key(self, seq: Tensor) -> Tensor:
+        """The rows that identify each example of full (or question-only) sequences ``seq``."""
+        q = seq[:, : self.question_len]
+        return q if self.canonical is None else self.canonical(q)
 
 
 def _col(n: int, token_id: int) -> Tensor:
@@ -110,7 +118,8 @@ def _compare(params: dict[str, Any]) -> TaskSpec:
         pos = torch.randint(0, digits, (n, 1), generator=g)
         delta = torch.randint(1, 10, (n, 1), generator=g)
         near = a.scatter(1, pos, (a.gather(1, pos) + delta) % 10)
-        b = torch.where(mode == 0, a, torch.where(mode == 1, near, torch.randint(0, 10, (n, digits), generator=g)))
+        other = torch.randint(0, 10, (n, digits), generator=g)
+        b = torch.where(mode == 0, a, torch.where(mode == 1, near, other))
         diff = a - b
         first = (diff != 0).long().argmax(dim=1, keepdim=True)  # first differing digit (0 if none)
         sign = diff.gather(1, first)
@@ -168,8 +177,15 @@ def _mod(params: dict[str, Any]) -> TaskSpec:
         b = torch.randint(0, p, (n, 1), generator=g)
         c = torch.remainder(fn(a, b), p)  # remainder: non-negative for p > 0, also for "-"
         return torch.cat(
-            [values_to_ids(a), _col(n, op_id), values_to_ids(b), _col(n, MOD_ID), _col(n, p_id),
-             _col(n, EQ_ID), values_to_ids(c)],
+            [
+                values_to_ids(a),
+                _col(n, op_id),
+                values_to_ids(b),
+                _col(n, MOD_ID),
+                _col(n, p_id),
+                _col(n, EQ_ID),
+                values_to_ids(c),
+            ],
             dim=1,
         )
 
@@ -245,7 +261,16 @@ def _deduce(params: dict[str, Any]) -> TaskSpec:
         ans = torch.where(pick[:, :1] < pick[:, 1:], GT_ID, LT_ID)  # earlier in the chain = greater
         return torch.cat([facts, q[:, :1], _col(n, QUERY_ID), q[:, 1:], _col(n, EQ_ID), ans], dim=1)
 
-    return TaskSpec("deduce", params, 4 * n_facts + 3, 1, sample)
+    def canonical(questions: Tensor) -> Tensor:
+        """The same question with its facts sorted, so every fact order gives one key."""
+        n = questions.shape[0]
+        facts = questions[:, : 4 * n_facts].reshape(n, n_facts, 4)
+        order = (facts[:, :, 0] * 256 + facts[:, :, 2]).argsort(dim=1)  # by (head, tail)
+        facts = facts.gather(1, order.unsqueeze(2).expand(n, n_facts, 4)).clone()
+        facts[:, :, 3] = sep
+        return torch.cat([facts.reshape(n, 4 * n_facts), questions[:, 4 * n_facts :]], dim=1)
+
+    return TaskSpec("deduce", params, 4 * n_facts + 3, 1, sample, canonical)
 
 
 _BUILDERS: dict[str, Callable[[dict[str, Any]], TaskSpec]] = {

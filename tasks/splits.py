@@ -4,7 +4,9 @@ Every question (the tokens before ``=``) is hashed to a bucket in 0..99 by addit
 hashing (a fixed random table per position and token, summed mod 2**31, then an integer mixer):
 buckets 0-9 are validation, 10-19 test, 20-99 train. The table depends only on the task name, not on
 the run seed, so no question of any run's validation or test set is ever trained on, for any seed.
-Since the answer is a function of the question, disjoint questions mean disjoint examples.
+Since the answer is a function of the question, disjoint questions mean disjoint examples. A task
+may hash a canonical form of its question instead (deduce sorts its facts), so that mere
+re-orderings of one problem cannot straddle two splits.
 """
 
 from __future__ import annotations
@@ -71,18 +73,22 @@ class QuestionHasher:
         return torch.where(b < VAL_BUCKETS, VAL, torch.where(b < VAL_BUCKETS + TEST_BUCKETS, TEST, TRAIN))
 
 
+def first_occurrences(keys: Tensor) -> Tensor:
+    """Indices of the first occurrence of each distinct row of ``keys``, in increasing order."""
+    if keys.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    _, inverse = torch.unique(keys, dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), keys.shape[0], dtype=torch.long)
+    first.scatter_reduce_(0, inverse, torch.arange(keys.shape[0]), reduce="amin")
+    return first.sort().values
+
+
 def unique_rows_in_order(x: Tensor) -> Tensor:
     """The distinct rows of ``x`` in order of first appearance."""
-    if x.shape[0] == 0:
-        return x
-    _, inverse = torch.unique(x, dim=0, return_inverse=True)
-    n_unique = int(inverse.max()) + 1
-    first = torch.full((n_unique,), x.shape[0], dtype=torch.long)
-    first.scatter_reduce_(0, inverse, torch.arange(x.shape[0]), reduce="amin")
-    return x[first.sort().values]
+    return x[first_occurrences(x)]
 
 
 def oversample_count(needed: int, fraction: float) -> int:
     """Candidates to draw so that, kept with probability ``fraction``, ``needed`` survive almost always."""
     mean = needed / fraction
-    return int(math.ceil(mean + 4.0 * math.sqrt(mean) + 8))
+    return math.ceil(mean + 4.0 * math.sqrt(mean) + 8)

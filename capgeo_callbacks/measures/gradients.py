@@ -1,0 +1,343 @@
+"""Per-example gradients and the rank of the gradient matrix (spec §6.2, §6.3).
+
+``per_example_gradients`` stacks one flattened loss gradient per example into G (B x P);
+``gradient_effective_rank`` and ``gradient_covariance_rank`` summarise its spectrum through the
+B x B Gram matrix, so that P (millions of weights) never enters a P x P matrix.
+
+Batch convention, shared with :mod:`capgeo_callbacks.measures.llc`: a batch is a tensor, a mapping
+(e.g. ``{"input_ids", "targets", "answer_mask"}``) or a tuple/list (e.g. ``(x, y)``) whose tensor
+leaves all have the batch as their leading dimension. ``forward(model, batch)`` computes the model
+output (default :func:`default_forward`) and ``loss_fn(output, batch)`` the scalar mean loss of the
+batch. Per-example gradients are the gradients of that loss on one-example batches (every tensor
+leaf sliced to leading size 1), which is exactly what a loop of single-example backward passes gives.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad, vmap
+
+__all__ = [
+    "default_forward",
+    "gradient_covariance_rank",
+    "gradient_effective_rank",
+    "per_example_gradients",
+]
+
+LossFn = Callable[[Any, Any], Tensor]
+"""``loss_fn(model_output, batch) -> scalar tensor`` (mean over the batch's examples)."""
+
+ForwardFn = Callable[[nn.Module, Any], Any]
+"""``forward(model, batch) -> model_output``."""
+
+# Columns of G converted to float64 at a time when forming the Gram matrix (bounds the extra memory).
+_GRAM_BLOCK_ELEMENTS = 1 << 23
+
+
+def default_forward(model: nn.Module, batch: Any) -> Any:
+    """Call ``model`` on a batch: ``model(batch)`` for a tensor, ``model(batch["input_ids"])`` for a
+    mapping, ``model(batch[0])`` for a tuple or list such as ``(x, y)``.
+
+    Raises:
+        ValueError: a mapping without ``"input_ids"`` or an empty tuple/list (pass ``forward=``).
+        TypeError: any other batch type.
+    """
+    if isinstance(batch, Tensor):
+        return model(batch)
+    if isinstance(batch, Mapping):
+        if "input_ids" not in batch:
+            raise ValueError(
+                f"default_forward needs an 'input_ids' key in a dict batch, got keys {sorted(batch)}; "
+                "pass forward=lambda model, batch: ... to say how to call the model"
+            )
+        return model(batch["input_ids"])
+    if isinstance(batch, (tuple, list)):
+        if not batch:
+            raise ValueError("default_forward got an empty tuple/list batch; expected (x, y, ...)")
+        return model(batch[0])
+    raise TypeError(
+        f"default_forward takes a tensor, a mapping or a tuple/list batch, got {type(batch).__name__}; "
+        "pass forward=lambda model, batch: ... to say how to call the model"
+    )
+
+
+class _LossModule(nn.Module):
+    """``batch -> loss_fn(forward(model, batch), batch)`` as a module, so that ``functional_call``
+    can swap ``model``'s parameters (under the ``model.`` prefix) whatever ``forward`` does."""
+
+    def __init__(self, model: nn.Module, loss_fn: LossFn, forward: ForwardFn) -> None:
+        super().__init__()
+        self.model = model
+        # Plain attributes (not submodules) even when loss_fn is an nn.Module.
+        object.__setattr__(self, "_loss_fn", loss_fn)
+        object.__setattr__(self, "_forward_fn", forward)
+
+    def forward(self, batch: Any) -> Tensor:
+        return self._loss_fn(self._forward_fn(self.model, batch), batch)
+
+
+def _split_batch(batch: Any) -> tuple[list[Tensor], Callable[[list[Tensor]], Any]]:
+    """Tensor leaves of a (nested) tensor/mapping/tuple/list batch and a function that rebuilds it.
+
+    0-d tensors and non-tensors are kept as constants (not mapped over).
+    """
+    leaves: list[Tensor] = []
+
+    def build(obj: Any) -> Callable[[list[Tensor]], Any]:
+        if isinstance(obj, Tensor) and obj.dim() > 0:
+            index = len(leaves)
+            leaves.append(obj)
+            return lambda values: values[index]
+        if isinstance(obj, Mapping):
+            builders = {key: build(value) for key, value in obj.items()}
+            return lambda values: {key: b(values) for key, b in builders.items()}
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+            builders_nt = [build(value) for value in obj]
+            return lambda values: type(obj)(*(b(values) for b in builders_nt))
+        if isinstance(obj, (tuple, list)):
+            builders_seq = [build(value) for value in obj]
+            return lambda values: type(obj)(b(values) for b in builders_seq)
+        return lambda values: obj
+
+    rebuild = build(batch)
+    return leaves, rebuild
+
+
+def batch_size_of(batch: Any) -> int:
+    """The common leading dimension of a batch's tensor leaves.
+
+    Raises:
+        ValueError: no tensor leaf, or leaves with different leading sizes.
+    """
+    leaves, _ = _split_batch(batch)
+    if not leaves:
+        raise ValueError(f"batch of type {type(batch).__name__} has no tensor with a leading batch dimension")
+    sizes = {leaf.shape[0] for leaf in leaves}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"batch tensors disagree on the leading (batch) dimension: shapes {[tuple(x.shape) for x in leaves]}"
+        )
+    return sizes.pop()
+
+
+def per_example_gradients(
+    model: nn.Module,
+    loss_fn: LossFn,
+    batch: Any,
+    *,
+    forward: ForwardFn | None = None,
+    chunk_size: int | None = None,
+) -> Tensor:
+    """Per-example loss gradients, flattened and stacked into G (B x P).
+
+    Row i is ``d loss_fn(forward(model, batch_i), batch_i) / d theta`` for the one-example batch
+    ``batch_i`` (every tensor leaf sliced to ``[i:i+1]``), flattened over ``model``'s parameters that
+    require grad, concatenated in ``named_parameters()`` order. The mean of the rows is the gradient
+    of the batch loss when ``loss_fn`` is a mean over examples.
+
+    Computed with ``torch.func``: ``vmap(grad(functional_call(...)))`` over chunks of ``chunk_size``
+    examples (all at once when ``None``). If vmap fails (in-place ops on captured tensors,
+    data-dependent control flow, ...), falls back with a warning to a loop of one-example
+    ``torch.autograd.grad`` calls, which gives the same result more slowly.
+
+    Needs gradients: call it outside ``torch.inference_mode`` (it enables grad itself). Does not touch
+    the model's parameters, their ``.grad`` or ``model.training``; the model runs in whatever mode it
+    is in (call ``model.eval()`` first for deterministic results: under vmap, dropout draws a
+    different mask per example from the global RNG).
+
+    Args:
+        model: the module; only parameters with ``requires_grad`` are differentiated.
+        loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss of ``batch``.
+        batch: a tensor, mapping or tuple/list of tensors with the batch as leading dimension
+            (non-tensor and 0-d leaves are passed through unchanged).
+        forward: ``forward(model, batch) -> output``; default :func:`default_forward`.
+        chunk_size: examples per vmap call, to bound memory; ``None`` for the whole batch.
+
+    Returns:
+        G, shape (B, P), in the parameters' dtype, on their device.
+
+    Raises:
+        ValueError: no trainable parameters, an empty batch, inconsistent leading dimensions, a bad
+            ``chunk_size``, or a ``loss_fn`` that does not return a scalar.
+    """
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size}")
+    forward = default_forward if forward is None else forward
+    named = list(model.named_parameters())
+    trainable = {name: p.detach() for name, p in named if p.requires_grad}
+    if not trainable:
+        raise ValueError("model has no parameters with requires_grad=True")
+    frozen = {name: p.detach() for name, p in named if not p.requires_grad}
+    names = list(trainable)
+    wrapper = _LossModule(model, loss_fn, forward)
+    prefixed_frozen = {f"model.{name}": p for name, p in frozen.items()}
+
+    leaves, rebuild = _split_batch(batch)
+    num_examples = batch_size_of(batch)
+    if num_examples == 0:
+        raise ValueError("batch is empty (leading dimension 0)")
+    step = num_examples if chunk_size is None else chunk_size
+
+    def loss_of(params: dict[str, Tensor], example_leaves: list[Tensor]) -> Tensor:
+        example = rebuild(example_leaves)
+        loss = functional_call(
+            wrapper, ({f"model.{n}": p for n, p in params.items()}, prefixed_frozen), (example,)
+        )
+        if not isinstance(loss, Tensor) or loss.numel() != 1:
+            raise ValueError(f"loss_fn must return a scalar tensor, got {type(loss).__name__} "
+                             f"of shape {tuple(getattr(loss, 'shape', ()))}")
+        return loss.reshape(())
+
+    def one_example_loss(params: dict[str, Tensor], example_leaves: list[Tensor]) -> Tensor:
+        return loss_of(params, [leaf.unsqueeze(0) for leaf in example_leaves])
+
+    per_example_grad = vmap(grad(one_example_loss), in_dims=(None, 0), randomness="different")
+
+    def flatten(grads: dict[str, Tensor], rows: int) -> Tensor:
+        return torch.cat([grads[n].reshape(rows, -1) for n in names], dim=1)
+
+    chunks: list[Tensor] = []
+    with torch.enable_grad():
+        try:
+            for start in range(0, num_examples, step):
+                chunk_leaves = [leaf[start : start + step] for leaf in leaves]
+                rows = chunk_leaves[0].shape[0]
+                chunks.append(flatten(per_example_grad(trainable, chunk_leaves), rows))
+        except ValueError:
+            raise
+        except (RuntimeError, NotImplementedError, TypeError) as error:
+            warnings.warn(
+                f"per_example_gradients: vmap failed ({type(error).__name__}: {str(error)[:200]}); "
+                "falling back to a per-example loop (same result, slower)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            chunks = [_per_example_loop(loss_of, trainable, leaves, num_examples, names)]
+    return torch.cat(chunks, dim=0)
+
+
+def _per_example_loop(
+    loss_of: Callable[[dict[str, Tensor], list[Tensor]], Tensor],
+    trainable: dict[str, Tensor],
+    leaves: list[Tensor],
+    num_examples: int,
+    names: list[str],
+) -> Tensor:
+    """The fallback: one ``torch.autograd.grad`` per example on leaf copies of the parameters."""
+    params = {n: p.detach().requires_grad_(True) for n, p in trainable.items()}
+    inputs = [params[n] for n in names]
+    rows = []
+    for i in range(num_examples):
+        loss = loss_of(params, [leaf[i : i + 1] for leaf in leaves])
+        grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+        rows.append(
+            torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, inputs)])
+        )
+    return torch.stack(rows)
+
+
+def _check_grads(grads: Tensor) -> None:
+    if not isinstance(grads, Tensor) or grads.dim() != 2:
+        raise ValueError(f"grads must be a 2-D tensor (B x P), got shape {tuple(getattr(grads, 'shape', ()))}")
+    if grads.shape[0] == 0 or grads.shape[1] == 0:
+        raise ValueError(f"grads must be non-empty, got shape {tuple(grads.shape)}")
+
+
+def _gram64(g: Tensor) -> Tensor:
+    """G G^T (B x B) in float64, converting a block of columns at a time."""
+    rows, cols = g.shape
+    block = max(1, _GRAM_BLOCK_ELEMENTS // rows)
+    gram = torch.zeros(rows, rows, dtype=torch.float64, device=g.device)
+    for start in range(0, cols, block):
+        part = g[:, start : start + block].to(torch.float64)
+        gram.addmm_(part, part.T)
+    return gram
+
+
+def _singular_values(g: Tensor, *, centre: bool = False) -> Tensor:
+    """Singular values (descending, float64) of G, or of G centred over rows when ``centre``.
+
+    Via the eigenvalues of the float64 Gram matrix G G^T (B x B); centring is done on the Gram
+    matrix, Gc Gc^T = J G G^T J with J = I - 11^T / B, so no float64 copy of G is made. For float64
+    input the SVD of G itself is used instead: the Gram matrix squares the condition number, which
+    float64 cannot resolve below ``sqrt(eps64)`` relative (a float32 G carries no information that fine
+    anyway). Neither path forms a P x P matrix.
+    """
+    if g.dtype == torch.float64:
+        return torch.linalg.svdvals(g - g.mean(dim=0, keepdim=True) if centre else g)
+    gram = _gram64(g)
+    if centre:
+        row_mean = gram.mean(dim=1, keepdim=True)
+        gram = gram - row_mean - row_mean.T + row_mean.mean()
+    eigenvalues = torch.linalg.eigvalsh(gram)
+    return eigenvalues.clamp_min(0.0).sqrt().flip(0)
+
+
+def _effective_rank(s: Tensor) -> float:
+    """Roy and Vetterli (2007): exp(-sum_k p_k log p_k), p_k = s_k / sum_j s_j (0 log 0 = 0); 0.0 if s = 0."""
+    s = s.to(torch.float64).clamp_min(0.0)
+    total = s.sum()
+    if not torch.isfinite(total):
+        return math.nan
+    if total <= 0:
+        return 0.0
+    p = s / total
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+def gradient_effective_rank(grads: Tensor) -> float:
+    """Effective rank (Roy and Vetterli, 2007) of the per-example gradient matrix G (B x P).
+
+    erank(G) = exp(-sum_k p_k log p_k), p_k = s_k / sum_j s_j, where s are the singular values of G,
+    obtained as the square roots of the eigenvalues of the Gram matrix G G^T (B x B, float64).
+    It lies in [1, min(B, P)]; 0.0 for G = 0 and NaN for non-finite G.
+
+    Pure tensor function: needs no gradients.
+
+    Raises:
+        ValueError: ``grads`` is not a non-empty 2-D tensor.
+    """
+    _check_grads(grads)
+    if not bool(torch.isfinite(grads).all()):
+        return math.nan
+    return _effective_rank(_singular_values(grads))
+
+
+def gradient_covariance_rank(grads: Tensor) -> tuple[float, int]:
+    """Effective and numerical rank of the per-example gradient covariance.
+
+    G is centred over examples, Gc = G - mean_i G_i. The spectrum used is the singular values s of
+    Gc (from the eigenvalues of the float64 Gram matrix Gc Gc^T, B x B; the covariance
+    Gc^T Gc / (B - 1) has eigenvalues s^2 / (B - 1), which have the same numerical rank):
+
+    - effective rank: exp(-sum_k p_k log p_k), p_k = s_k / sum_j s_j (Roy and Vetterli, as in
+      :func:`gradient_effective_rank`, on the singular values, not their squares);
+    - numerical rank: #{k : s_k > max(s) * B * eps}, eps = ``torch.finfo(grads.dtype).eps`` (the
+      precision G was computed in, as ``torch.linalg.matrix_rank``; float64 eps would count float32
+      rounding noise as rank).
+
+    Centring removes one direction, so both are at most min(B - 1, P); (0.0, 0) when B = 1 or all
+    rows are equal; (NaN, 0) for non-finite G.
+
+    Pure tensor function: needs no gradients.
+
+    Raises:
+        ValueError: ``grads`` is not a non-empty 2-D tensor.
+    """
+    _check_grads(grads)
+    if not bool(torch.isfinite(grads).all()):
+        return math.nan, 0
+    s = _singular_values(grads, centre=True)
+    s_max = float(s.max())
+    if s_max <= 0.0:
+        return 0.0, 0
+    eps = torch.finfo(grads.dtype).eps if grads.dtype.is_floating_point else torch.finfo(torch.float64).eps
+    numerical_rank = int((s > s_max * grads.shape[0] * eps).sum())
+    return _effective_rank(s), numerical_rank

@@ -1,0 +1,42 @@
+"""The README table is generated from TASK_PARAMS and in sync; batch generation is fast."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from tasks import DIFFICULTIES, TASK_PARAMS, TASKS, make_datamodule, params_table
+from tasks.table import README_TABLE_PATH
+
+
+def test_params_table_lists_every_level() -> None:
+    table = params_table()
+    rows = [line for line in table.split("\n\n")[0].splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == list(TASKS)
+    for task, row in zip(TASKS, rows, strict=True):
+        for d in DIFFICULTIES:
+            for key, value in TASK_PARAMS[task][d].items():
+                assert f"{key}={value}" in row
+        assert " = " in row.split("|")[-2]  # an example sequence
+    for task in TASKS:
+        for key in TASK_PARAMS[task]["easy"]:
+            assert f"| `{task}` | `{key}` |" in table  # the parameter legend
+
+
+def test_readme_table_file_is_up_to_date() -> None:
+    assert README_TABLE_PATH.read_text() == params_table(), (
+        "tasks/README_TABLE.md is stale: regenerate it with `python -m tasks`"
+    )
+
+
+def test_batch_generation_is_fast() -> None:
+    """A batch of 128 takes well under 5 ms (median); the bound here is loose for shared CPUs."""
+    for task in TASKS:
+        dm = make_datamodule(task, "hard")
+        dm.train_batch(0)
+        times = []
+        for k in range(15):
+            t0 = time.perf_counter()
+            dm.train_batch(k)
+            times.append(time.perf_counter() - t0)
+        assert statistics.median(times) < 0.02, (task, statistics.median(times))
