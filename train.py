@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -34,6 +35,8 @@ EVALUATION_POINTS = 256  # spec §5: about 256 evaluations per run
 # Measures `--measures` can name; "default" is rankme + probes, "all" adds the costly ones.
 MEASURES = ("rankme",)
 DEFAULT_MEASURES = ("rankme", "probes")
+PROBE_ROWS = 2048  # RankMe rows per layer (spec §6.1)
+MIN_VAL_EXAMPLES = 256
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
 
 
@@ -82,6 +85,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--strategy", default="auto", help="Lightning strategy (e.g. auto, ddp)")
     parser.add_argument("--accelerator", default="cpu", help="Lightning accelerator (cpu, gpu, auto)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--stop-after-acquisition", action="store_true",
+                        help="end the run once acquisition is confirmed (calibration sweeps)")
     args = parser.parse_args(argv)
     defaults = DEFAULTS[args.task][args.difficulty]
     args.max_steps = defaults.max_steps if args.max_steps is None else args.max_steps
@@ -123,7 +128,7 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any]) -> l
     """The capgeo callbacks for the chosen measures, with the precursor detector when RankMe is on."""
     callbacks: list[Callback] = []
     if "rankme" in names:
-        callbacks.append(RankMeMonitor(layers=WATCHED_LAYERS, selector="answer"))
+        callbacks.append(RankMeMonitor(layers=WATCHED_LAYERS, selector="answer", num_rows=PROBE_ROWS))
     if callbacks:
         callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info))
     return callbacks
@@ -142,13 +147,34 @@ def check_logdir(logdir: str) -> Path:
     return path
 
 
+def make_datamodule(args: argparse.Namespace) -> tasks.TaskDataModule:
+    """The task's datamodule, with a validation set just big enough for ``PROBE_ROWS`` RankMe rows.
+
+    Validation runs ~256 times a run, so its size is what a run's evaluation costs: one answer row
+    per answer token, hence ``PROBE_ROWS / answer_len`` examples (at least ``MIN_VAL_EXAMPLES``).
+    """
+    answer_len = tasks.make_datamodule(args.task, args.difficulty, val_size=1, test_size=1).answer_len
+    val_size = min(PROBE_ROWS, max(MIN_VAL_EXAMPLES, math.ceil(PROBE_ROWS / answer_len)))
+    return tasks.make_datamodule(args.task, args.difficulty, seed=args.seed, batch_size=args.batch_size,
+                                 val_size=val_size, test_size=val_size, eval_batch_size=1024)
+
+
+class StopAfterAcquisition(Callback):
+    """Stop training once the precursor detector has confirmed acquisition (for calibration sweeps)."""
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        detectors = [cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)]
+        if detectors and detectors[0].tracker.acquired_step is not None:
+            trainer.should_stop = True
+
+
 def latest_version(run_root: Path) -> int | None:
     versions = [int(p.name.split("_")[1]) for p in run_root.glob("version_*") if p.name.split("_")[1].isdigit()]
     return max(versions) if versions else None
 
 
 def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: TensorBoardLogger) -> pl.Trainer:
-    val_interval = max(1, args.max_steps // args.eval_points)
+    val_interval = max(1, math.ceil(args.max_steps / args.eval_points))
     checkpoint = ModelCheckpoint(dirpath=Path(logger.log_dir) / "checkpoints", save_last=True,
                                  every_n_train_steps=val_interval * 16, save_top_k=0)
     return pl.Trainer(
@@ -174,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     logdir = check_logdir(args.logdir)
     pl.seed_everything(args.seed, workers=True, verbose=False)
 
-    datamodule = tasks.make_datamodule(args.task, args.difficulty, seed=args.seed, batch_size=args.batch_size)
+    datamodule = make_datamodule(args)
     module = CapabilityModule(
         size=args.size, vocab_size=datamodule.vocab_size, max_seq_len=datamodule.seq_len, lr=args.lr,
         weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, max_steps=args.max_steps,
@@ -196,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "batch_size": args.batch_size, "lr": args.lr, "task_params": datamodule.params,
     }
     callbacks = build_measure_callbacks(args.measure_names, run_info=run_info)
+    if args.stop_after_acquisition:
+        callbacks.append(StopAfterAcquisition())
     trainer = build_trainer(args, callbacks, logger)
     started = time.perf_counter()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
@@ -205,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     summary_path = Path(logger.log_dir) / "capgeo_summary.json"
     if trainer.is_global_zero:
         if summary_path.exists():
-            summary = {**json.loads(summary_path.read_text()), "wall_seconds": wall}
+            summary = {**json.loads(summary_path.read_text()), "run_dir": logger.log_dir, "wall_seconds": wall}
         print_summary(summary, trainer)
     return summary
 

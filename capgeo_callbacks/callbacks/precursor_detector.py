@@ -57,7 +57,7 @@ class PrecursorDetector(Callback):
         heatmap_every_n_evals: also refresh the heatmap image every n evaluations (0: only at the end).
 
     Logged keys:
-        ``capgeo/acquired`` (0/1 at each evaluation); text ``capgeo/alerts`` and ``capgeo/verdict``;
+        text ``capgeo/alerts`` and ``capgeo/verdict``;
         image ``capgeo/rankme_heatmap``; hparams metrics ``capgeo/acquisition_step``,
         ``capgeo/gap``, ``capgeo/layer_order_rho``, ``capgeo/final_acc``.
 
@@ -152,7 +152,6 @@ class PrecursorDetector(Callback):
                     self._append(self.measure_series.setdefault(tag, []), step, value)
         for alert in self.tracker.update(step, acc, rankme):
             self._raise(trainer, alert)
-        pl_module.log("capgeo/acquired", float(self.tracker.acquired_step is not None), on_epoch=True)
         evaluations = len(self.tracker.steps)
         if self.heatmap_every_n_evals and evaluations % self.heatmap_every_n_evals == 0:
             self._write_heatmap(trainer, step)

@@ -23,6 +23,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
+from capgeo_callbacks.measures.rankme import effective_rank_from_singular_values
+
 __all__ = [
     "default_forward",
     "gradient_covariance_rank",
@@ -121,7 +123,8 @@ def batch_size_of(batch: Any) -> int:
     sizes = {leaf.shape[0] for leaf in leaves}
     if len(sizes) != 1:
         raise ValueError(
-            f"batch tensors disagree on the leading (batch) dimension: shapes {[tuple(x.shape) for x in leaves]}"
+            "batch tensors disagree on the leading (batch) dimension: shapes "
+            f"{[tuple(x.shape) for x in leaves]}"
         )
     return sizes.pop()
 
@@ -147,9 +150,10 @@ def per_example_gradients(
     ``torch.autograd.grad`` calls, which gives the same result more slowly.
 
     Needs gradients: call it outside ``torch.inference_mode`` (it enables grad itself). Does not touch
-    the model's parameters, their ``.grad`` or ``model.training``; the model runs in whatever mode it
-    is in (call ``model.eval()`` first for deterministic results: under vmap, dropout draws a
-    different mask per example from the global RNG).
+    the model's parameters, their ``.grad``, its buffers (the forward sees copies) or
+    ``model.training``; the model runs in whatever mode it is in (call ``model.eval()`` first for
+    deterministic results: under vmap, dropout draws a different mask per example from the global
+    RNG).
 
     Args:
         model: the module; only parameters with ``requires_grad`` are differentiated.
@@ -176,7 +180,9 @@ def per_example_gradients(
     frozen = {name: p.detach() for name, p in named if not p.requires_grad}
     names = list(trainable)
     wrapper = _LossModule(model, loss_fn, forward)
-    prefixed_frozen = {f"model.{name}": p for name, p in frozen.items()}
+    # Buffers go in as copies: a forward that updates them in place (BatchNorm running statistics,
+    # counters) then leaves the model's own buffers alone.
+    constants = frozen | {name: b.detach().clone() for name, b in model.named_buffers()}
 
     leaves, rebuild = _split_batch(batch)
     num_examples = batch_size_of(batch)
@@ -184,20 +190,25 @@ def per_example_gradients(
         raise ValueError("batch is empty (leading dimension 0)")
     step = num_examples if chunk_size is None else chunk_size
 
-    def loss_of(params: dict[str, Tensor], example_leaves: list[Tensor]) -> Tensor:
+    def loss_of(params: dict[str, Tensor], fixed: dict[str, Tensor], example_leaves: list[Tensor]) -> Tensor:
         example = rebuild(example_leaves)
-        loss = functional_call(
-            wrapper, ({f"model.{n}": p for n, p in params.items()}, prefixed_frozen), (example,)
-        )
+        tensors = {f"model.{n}": p for n, p in (params | fixed).items()}
+        loss = functional_call(wrapper, tensors, (example,))
         if not isinstance(loss, Tensor) or loss.numel() != 1:
-            raise ValueError(f"loss_fn must return a scalar tensor, got {type(loss).__name__} "
-                             f"of shape {tuple(getattr(loss, 'shape', ()))}")
+            raise ValueError(
+                f"loss_fn must return a scalar tensor, got {type(loss).__name__} "
+                f"of shape {tuple(getattr(loss, 'shape', ()))}"
+            )
         return loss.reshape(())
 
-    def one_example_loss(params: dict[str, Tensor], example_leaves: list[Tensor]) -> Tensor:
-        return loss_of(params, [leaf.unsqueeze(0) for leaf in example_leaves])
+    def one_example_loss(
+        params: dict[str, Tensor], fixed: dict[str, Tensor], example_leaves: list[Tensor]
+    ) -> Tensor:
+        return loss_of(params, fixed, [leaf.unsqueeze(0) for leaf in example_leaves])
 
-    per_example_grad = vmap(grad(one_example_loss), in_dims=(None, 0), randomness="different")
+    # Frozen parameters and buffers are arguments (not captured), so in-place buffer updates that
+    # do not depend on the example (counters) stay vmap-compatible.
+    per_example_grad = vmap(grad(one_example_loss), in_dims=(None, None, 0), randomness="different")
 
     def flatten(grads: dict[str, Tensor], rows: int) -> Tensor:
         return torch.cat([grads[n].reshape(rows, -1) for n in names], dim=1)
@@ -208,7 +219,7 @@ def per_example_gradients(
             for start in range(0, num_examples, step):
                 chunk_leaves = [leaf[start : start + step] for leaf in leaves]
                 rows = chunk_leaves[0].shape[0]
-                chunks.append(flatten(per_example_grad(trainable, chunk_leaves), rows))
+                chunks.append(flatten(per_example_grad(trainable, constants, chunk_leaves), rows))
         except ValueError:
             raise
         except (RuntimeError, NotImplementedError, TypeError) as error:
@@ -218,13 +229,14 @@ def per_example_gradients(
                 RuntimeWarning,
                 stacklevel=2,
             )
-            chunks = [_per_example_loop(loss_of, trainable, leaves, num_examples, names)]
+            chunks = [_per_example_loop(loss_of, trainable, constants, leaves, num_examples, names)]
     return torch.cat(chunks, dim=0)
 
 
 def _per_example_loop(
-    loss_of: Callable[[dict[str, Tensor], list[Tensor]], Tensor],
+    loss_of: Callable[[dict[str, Tensor], dict[str, Tensor], list[Tensor]], Tensor],
     trainable: dict[str, Tensor],
+    constants: dict[str, Tensor],
     leaves: list[Tensor],
     num_examples: int,
     names: list[str],
@@ -234,17 +246,19 @@ def _per_example_loop(
     inputs = [params[n] for n in names]
     rows = []
     for i in range(num_examples):
-        loss = loss_of(params, [leaf[i : i + 1] for leaf in leaves])
+        loss = loss_of(params, constants, [leaf[i : i + 1] for leaf in leaves])
         grads = torch.autograd.grad(loss, inputs, allow_unused=True)
-        rows.append(
-            torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, inputs)])
-        )
+        flat = [
+            (torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, inputs, strict=True)
+        ]
+        rows.append(torch.cat(flat))
     return torch.stack(rows)
 
 
 def _check_grads(grads: Tensor) -> None:
     if not isinstance(grads, Tensor) or grads.dim() != 2:
-        raise ValueError(f"grads must be a 2-D tensor (B x P), got shape {tuple(getattr(grads, 'shape', ()))}")
+        shape = tuple(getattr(grads, "shape", ()))
+        raise ValueError(f"grads must be a 2-D tensor (B x P), got shape {shape}")
     if grads.shape[0] == 0 or grads.shape[1] == 0:
         raise ValueError(f"grads must be non-empty, got shape {tuple(grads.shape)}")
 
@@ -282,14 +296,12 @@ def _singular_values(g: Tensor, *, centre: bool = False) -> Tensor:
 def _effective_rank(s: Tensor) -> float:
     """Roy and Vetterli (2007): exp(-sum_k p_k log p_k), p_k = s_k / sum_j s_j (0 log 0 = 0); 0.0 if s = 0."""
     s = s.to(torch.float64).clamp_min(0.0)
-    total = s.sum()
-    if not torch.isfinite(total):
+    total = float(s.sum())
+    if not math.isfinite(total):
         return math.nan
-    if total <= 0:
+    if total <= 0.0:
         return 0.0
-    p = s / total
-    p = p[p > 0]
-    return float(torch.exp(-(p * p.log()).sum()))
+    return effective_rank_from_singular_values(s)
 
 
 def gradient_effective_rank(grads: Tensor) -> float:

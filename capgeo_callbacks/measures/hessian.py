@@ -88,10 +88,14 @@ def _default_generator(generator: torch.Generator | None) -> torch.Generator:
 class _HessianVectorProduct:
     """v -> H v on a flat float64 vector, with the gradient graph built once and reused."""
 
-    def __init__(self, loss_closure: LossClosure, params: Iterable[Tensor], force_math_attention: bool) -> None:
+    def __init__(
+        self, loss_closure: LossClosure, params: Iterable[Tensor], force_math_attention: bool
+    ) -> None:
         self.params = list(params)
         if not self.params:
-            raise ValueError("params is empty: pass the tensors to differentiate, e.g. list(model.parameters())")
+            raise ValueError(
+                "params is empty: pass the tensors to differentiate, e.g. list(model.parameters())"
+            )
         bad = [i for i, p in enumerate(self.params) if not p.requires_grad]
         if bad:
             raise ValueError(f"params at positions {bad} do not require grad")
@@ -118,8 +122,8 @@ class _HessianVectorProduct:
             return torch.zeros(self.dim, dtype=torch.float64, device=self.device)
         pieces = vector.split(self.numels)
         grad_outputs = [
-            pieces[i].reshape(self.params[i].shape).to(device=self.params[i].device, dtype=self.params[i].dtype)
-            for i in self.active
+            pieces[i].reshape(p.shape).to(device=p.device, dtype=p.dtype)
+            for i, p in ((i, self.params[i]) for i in self.active)
         ]
         with torch.enable_grad():
             hv = torch.autograd.grad(
@@ -127,24 +131,45 @@ class _HessianVectorProduct:
             )
         return torch.cat(
             [
-                (torch.zeros(n, dtype=torch.float64, device=self.device) if h is None
-                 else h.reshape(-1).to(device=self.device, dtype=torch.float64))
-                for h, n in zip(hv, self.numels)
+                (
+                    torch.zeros(n, dtype=torch.float64, device=self.device)
+                    if h is None
+                    else h.reshape(-1).to(device=self.device, dtype=torch.float64)
+                )
+                for h, n in zip(hv, self.numels, strict=True)
             ]
         )
 
 
 def _random_vector(dim: int, generator: torch.Generator, device: torch.device, rademacher: bool) -> Tensor:
     if rademacher:
-        v = torch.randint(0, 2, (dim,), generator=generator, device=generator.device).to(torch.float64) * 2 - 1
+        bits = torch.randint(0, 2, (dim,), generator=generator, device=generator.device)
+        v = bits.to(torch.float64) * 2 - 1
     else:
         v = torch.randn(dim, generator=generator, device=generator.device, dtype=torch.float64)
     return v.to(device)
 
 
+def _orthogonalise(w: Tensor, basis: Tensor) -> Tensor:
+    """Remove from ``w`` (float64) its components along the rows of ``basis``, twice (full
+    reorthogonalisation; the second pass fixes the rounding of the first)."""
+    for _ in range(2):
+        coefficients = (basis @ w.to(basis.dtype)).to(torch.float64)
+        w = w - (coefficients.to(basis.dtype) @ basis).to(torch.float64)
+    return w
+
+
 def default_lanczos_iterations(k: int, dim: int) -> int:
-    """The default Krylov subspace limit: min(P, max(2k + 20, 30))."""
-    return min(dim, max(2 * k + 20, 30))
+    """The default Krylov subspace limit: min(P, max(4k + 40, 60)).
+
+    Early stopping usually ends well before it on a trained network (outlying top eigenvalues); an
+    untrained transformer, whose top eigenvalues crowd together, needs about 50 HVPs for 1e-6.
+    """
+    return min(dim, max(4 * k + 40, 60))
+
+
+# Above this many bytes a float64 Lanczos basis is stored in float32 instead.
+_FLOAT64_BASIS_LIMIT_BYTES = 2 << 30
 
 
 def lanczos(
@@ -156,6 +181,7 @@ def lanczos(
     tol: float = 1e-6,
     generator: torch.Generator | None = None,
     force_math_attention: bool = True,
+    basis_dtype: torch.dtype | None = None,
 ) -> LanczosResult:
     """The k largest algebraic eigenvalues of the loss Hessian by Lanczos, with diagnostics.
 
@@ -172,19 +198,21 @@ def lanczos(
     eigenvalues are not returned. A single-vector Lanczos sees one copy of an exactly repeated
     eigenvalue unless it breaks down and restarts; a trained network's top eigenvalues are distinct.
 
-    Needs gradients (double backward): call it outside ``torch.inference_mode``. The basis is stored
-    in float64, m x P (m <= ``num_iterations``).
+    Needs gradients (double backward): call it outside ``torch.inference_mode``. The basis Q_m is an
+    m x P matrix (m <= ``num_iterations``); the recurrence runs in float64.
 
     Args:
         loss_closure: returns the scalar loss on a fixed batch; called once.
         params: the tensors (requiring grad) the Hessian is taken with respect to.
         k: number of eigenvalues, 1 <= k <= P.
         num_iterations: maximum Krylov dimension m (HVPs); default
-            :func:`default_lanczos_iterations` = min(P, max(2k + 20, 30)).
+            :func:`default_lanczos_iterations` = min(P, max(4k + 40, 60)).
         tol: relative residual tolerance for early stopping (0 runs all ``num_iterations``).
         generator: source of the start vector; default a fresh generator seeded with 0.
         force_math_attention: run the closure under the math SDPA backend (fused attention kernels
             have no double backward).
+        basis_dtype: storage dtype of Q_m; default float64 while m x P x 8 bytes stays under 2 GiB,
+            float32 beyond (orthogonality to ~1e-7, ample for eigenvalues to 1e-4).
 
     Raises:
         ValueError: bad ``k``/``num_iterations``/``tol``, empty ``params``, params that do not
@@ -202,7 +230,10 @@ def lanczos(
     generator = _default_generator(generator)
     device = hvp.device
 
-    basis = torch.zeros(m_max, dim, dtype=torch.float64, device=device)
+    if basis_dtype is None:
+        too_big = m_max * dim * 8 > _FLOAT64_BASIS_LIMIT_BYTES
+        basis_dtype = torch.float32 if too_big else torch.float64
+    basis = torch.zeros(m_max, dim, dtype=basis_dtype, device=device)
     alphas: list[float] = []
     betas: list[float] = []  # betas[j] couples q_j and q_{j+1}
     q = _random_vector(dim, generator, device, rademacher=False)
@@ -211,13 +242,13 @@ def lanczos(
     residuals = torch.zeros(0, dtype=torch.float64)
     converged = False
     for j in range(m_max):
-        w = hvp(basis[j])
-        alpha = float(basis[j] @ w)
-        w = w - alpha * basis[j]
+        q_j = basis[j].to(torch.float64)
+        w = hvp(q_j)
+        alpha = float(q_j @ w)
+        w = w - alpha * q_j
         if j > 0:
-            w = w - betas[j - 1] * basis[j - 1]
-        for _ in range(2):  # full reorthogonalisation, twice is enough
-            w = w - basis[: j + 1].T @ (basis[: j + 1] @ w)
+            w = w - betas[j - 1] * basis[j - 1].to(torch.float64)
+        w = _orthogonalise(w, basis[: j + 1])
         alphas.append(alpha)
         beta = float(w.norm())
 
@@ -229,7 +260,8 @@ def lanczos(
         top = min(k, j + 1)
         residuals = (beta * vectors[-1, -top:]).abs().flip(0)
         scale = float(theta.abs().max()) if theta.numel() else 0.0
-        if j + 1 >= k and bool((residuals <= tol * max(scale, torch.finfo(torch.float64).tiny)).all()):
+        limit = tol * max(scale, torch.finfo(torch.float64).tiny)
+        if tol > 0 and j + 1 >= k and bool((residuals <= limit).all()):
             converged = True
             break
         if j + 1 == m_max:
@@ -237,9 +269,7 @@ def lanczos(
         if beta <= 1e-10 * max(scale, 1e-300):
             # Invariant subspace: restart from a random direction orthogonal to the basis.
             beta = 0.0
-            w = _random_vector(dim, generator, device, rademacher=False)
-            for _ in range(2):
-                w = w - basis[: j + 1].T @ (basis[: j + 1] @ w)
+            w = _orthogonalise(_random_vector(dim, generator, device, rademacher=False), basis[: j + 1])
             basis[j + 1] = w / w.norm()
         else:
             basis[j + 1] = w / beta
@@ -263,6 +293,7 @@ def hessian_top_eigenvalues(
     tol: float = 1e-6,
     generator: torch.Generator | None = None,
     force_math_attention: bool = True,
+    basis_dtype: torch.dtype | None = None,
 ) -> Tensor:
     """The k largest algebraic eigenvalues of the loss Hessian, descending, float64 (shape (k,)).
 
@@ -281,6 +312,7 @@ def hessian_top_eigenvalues(
         tol=tol,
         generator=generator,
         force_math_attention=force_math_attention,
+        basis_dtype=basis_dtype,
     )
     if not result.converged and tol > 0:
         warnings.warn(
@@ -353,8 +385,9 @@ def power_iteration_top_eigenvalue(
 
     v <- H v / ||H v|| from a random Gaussian start; the estimate is the Rayleigh quotient
     v^T H v. Stops when it changes by at most ``tol`` relative between iterations, or after
-    ``num_iterations`` HVPs. Converges at rate |lambda_2 / lambda_1| per HVP (Lanczos converges much
-    faster for a small gap), and to the eigenvalue largest in magnitude, which may be negative.
+    ``num_iterations`` HVPs (``tol=0`` runs them all). Converges at rate |lambda_2 / lambda_1| per
+    HVP (Lanczos converges much faster for a small gap), and to the eigenvalue largest in magnitude,
+    which may be negative.
 
     Needs gradients (double backward): call it outside ``torch.inference_mode``.
 
@@ -375,6 +408,6 @@ def power_iteration_top_eigenvalue(
         if norm == 0.0:
             break
         v = hv / norm
-        if abs(estimate - previous) <= tol * abs(estimate):
+        if tol > 0 and abs(estimate - previous) <= tol * abs(estimate):
             break
     return estimate, hvp.num_hvps

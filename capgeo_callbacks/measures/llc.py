@@ -105,9 +105,10 @@ class _FlatParameters:
         self.initial = torch.cat([p.detach().reshape(-1).to(dtype) for _, p in named])
 
     def unflatten(self, flat: Tensor) -> dict[str, Tensor]:
+        pieces = flat.split(self.numels)
         return {
             name: piece.reshape(shape).to(dtype)
-            for name, piece, shape, dtype in zip(self.names, flat.split(self.numels), self.shapes, self.dtypes)
+            for name, piece, shape, dtype in zip(self.names, pieces, self.shapes, self.dtypes, strict=True)
         }
 
 
@@ -191,8 +192,11 @@ def estimate_llc(
         ValueError: non-positive counts or step size, negative localization, an empty loader or a
             model without trainable parameters.
     """
-    for name, value in (("num_chains", num_chains), ("num_draws", num_draws), ("num_steps_bw_draws",
-                                                                                 num_steps_bw_draws)):
+    for name, value in (
+        ("num_chains", num_chains),
+        ("num_draws", num_draws),
+        ("num_steps_bw_draws", num_steps_bw_draws),
+    ):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
     if num_burnin_steps < 0:
@@ -207,8 +211,11 @@ def estimate_llc(
         device = first.device if first is not None else torch.device("cpu")
     device = torch.device(device)
 
-    fork_devices = [device.index if device.index is not None else torch.cuda.current_device()] \
-        if device.type == "cuda" else []
+    fork_devices = (
+        [device.index if device.index is not None else torch.cuda.current_device()]
+        if device.type == "cuda"
+        else []
+    )
     with torch.random.fork_rng(devices=fork_devices), torch.enable_grad():
         sampler = copy.deepcopy(model).to(device)
         sampler.train(train_mode)
@@ -220,7 +227,10 @@ def estimate_llc(
         if nbeta is None:
             batch_size = getattr(dataloader, "batch_size", None)
             if batch_size is None:
-                batch_size = batch_size_of(next(iter(dataloader)))
+                first_batch = next(iter(dataloader), None)
+                if first_batch is None:
+                    raise ValueError("dataloader yielded no batches")
+                batch_size = batch_size_of(first_batch)
             nbeta = default_nbeta(int(batch_size))
         if init_loss is None:
             init_loss = _initial_loss(wrapper, dataloader, num_chains, device)
@@ -279,8 +289,9 @@ class _Settings:
 
     def draw_index(self, step: int) -> int | None:
         """The draw recorded at SGLD step ``step`` (0-based), or None (devinterp's rule)."""
-        if step >= self.num_burnin_steps and (step + 1 - self.num_burnin_steps) % self.num_steps_bw_draws == 0:
-            return (step - self.num_burnin_steps) // self.num_steps_bw_draws
+        after_burnin = step - self.num_burnin_steps
+        if after_burnin >= 0 and (after_burnin + 1) % self.num_steps_bw_draws == 0:
+            return after_burnin // self.num_steps_bw_draws
         return None
 
 
@@ -305,6 +316,10 @@ def _sgld_update(w: Tensor, grads: Tensor, noise: Tensor, w_star: Tensor, s: _Se
     return w - (0.5 * s.lr) * drift + math.sqrt(s.lr) * noise
 
 
+# Steps between checks for chains that have all diverged (each check synchronises with the device).
+_DIVERGENCE_CHECK_EVERY = 32
+
+
 def _run_vectorized(
     wrapper: nn.Module,
     flat: _FlatParameters,
@@ -317,28 +332,26 @@ def _run_vectorized(
     num_chains = len(generators)
     w_star = flat.initial.to(device)
     weights = w_star.expand(num_chains, -1).clone()
-    traces = torch.full((num_chains, s.num_draws), math.nan, dtype=torch.float64)
-    alive = torch.ones(num_chains, dtype=torch.bool)
+    traces = torch.full((num_chains, s.num_draws), math.nan, dtype=torch.float64, device=device)
+    bad = torch.zeros(num_chains, dtype=torch.bool, device=device)
+    size, dtype = flat.initial.numel(), flat.dtype
 
     def chain_loss(w: Tensor, batch: Any) -> Tensor:
         return functional_call(wrapper, flat.unflatten(w), (batch,)).reshape(())
 
     loss_and_grad = vmap(grad_and_value(chain_loss), in_dims=(0, None), randomness="different")
-    for step, batch in zip(range(s.num_steps), _cycle(loader)):
+    for step, batch in zip(range(s.num_steps), _cycle(loader), strict=False):
         grads, losses = loss_and_grad(weights, _to_device(batch, device))
-        noise = torch.stack(
-            [torch.randn(flat.initial.numel(), generator=g, device=device, dtype=flat.dtype) for g in generators]
-        )
+        noise = torch.stack([torch.randn(size, generator=g, device=device, dtype=dtype) for g in generators])
         weights = _sgld_update(weights, grads.detach(), noise, w_star, s)
-        losses = losses.detach().to("cpu", torch.float64)
+        losses = losses.detach().to(torch.float64)
         draw = s.draw_index(step)
         if draw is not None:
             traces[:, draw] = losses
-        alive &= torch.isfinite(losses) & (losses <= s.loss_limit)
-        alive &= torch.isfinite(weights).all(dim=1).cpu()
-        if not bool(alive.any()):
+        bad |= ~(torch.isfinite(losses) & (losses <= s.loss_limit)) | ~torch.isfinite(weights).all(dim=1)
+        if (step + 1) % _DIVERGENCE_CHECK_EVERY == 0 and bool(bad.all()):
             break
-    return traces
+    return traces.cpu()
 
 
 def _run_chain(
@@ -352,8 +365,9 @@ def _run_chain(
     """One chain: plain autograd on a flat leaf vector, the loader iterated by this chain."""
     w_star = flat.initial.to(device)
     weights = w_star.clone()
-    trace = torch.full((s.num_draws,), math.nan, dtype=torch.float64)
-    for step, batch in zip(range(s.num_steps), _cycle(loader)):
+    trace = torch.full((s.num_draws,), math.nan, dtype=torch.float64, device=device)
+    bad = torch.zeros((), dtype=torch.bool, device=device)
+    for step, batch in zip(range(s.num_steps), _cycle(loader), strict=False):
         leaf = weights.detach().requires_grad_(True)
         loss = functional_call(wrapper, flat.unflatten(leaf), (_to_device(batch, device),)).reshape(())
         (grads,) = torch.autograd.grad(loss, leaf, allow_unused=True)
@@ -361,13 +375,14 @@ def _run_chain(
             grads = torch.zeros_like(leaf)
         noise = torch.randn(leaf.numel(), generator=generator, device=device, dtype=flat.dtype)
         weights = _sgld_update(weights, grads.detach(), noise, w_star, s)
-        value = float(loss.detach())
+        value = loss.detach().to(torch.float64)
         draw = s.draw_index(step)
         if draw is not None:
             trace[draw] = value
-        if not (math.isfinite(value) and value <= s.loss_limit and bool(torch.isfinite(weights).all())):
+        bad |= ~(torch.isfinite(value) & (value <= s.loss_limit)) | ~torch.isfinite(weights).all()
+        if (step + 1) % _DIVERGENCE_CHECK_EVERY == 0 and bool(bad):
             break
-    return trace
+    return trace.cpu()
 
 
 def _summarise(traces: Tensor, init_loss: float, s: _Settings, vectorized: bool) -> dict[str, Any]:

@@ -55,7 +55,9 @@ def test_gaussian_matches_numpy(shape: tuple[int, int]) -> None:
     assert effective_rank(z) == pytest.approx(reference_rankme(z, eps=0.0), rel=REL)
 
 
-@pytest.mark.parametrize(("shape", "k"), [((512, 256), 3), ((256, 512), 3), ((1024, 256), 20), ((200, 200), 1)])
+@pytest.mark.parametrize(
+    ("shape", "k"), [((512, 256), 3), ((256, 512), 3), ((1024, 256), 20), ((200, 200), 1)]
+)
 def test_low_rank_product_matches_numpy_and_is_about_k(shape: tuple[int, int], k: int) -> None:
     n, d = shape
     a, b = gaussian(n, k, seed=2), gaussian(k, d, seed=3)
@@ -161,7 +163,30 @@ def test_both_routes_are_used_and_agree_with_svd() -> None:
         s, used = _singular_values(z, EPS)
         assert used == route
         reference = np.linalg.svd(z.numpy(), compute_uv=False)
-        assert rankme_from_singular_values(s) == pytest.approx(rankme_from_singular_values(reference), rel=1e-9)
+        expected = rankme_from_singular_values(reference)
+        assert rankme_from_singular_values(s) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(512, 128), (128, 512), (1024, 64)])
+def test_noisy_low_rank_and_ill_conditioned_sweep(shape: tuple[int, int]) -> None:
+    # The Gram route squares the condition number: across the transition from exactly low-rank (SVD
+    # route) to well conditioned (Gram route), both routes must agree with the SVD reference.
+    n, d = shape
+    routes = set()
+    for i, noise in enumerate([0.0, 1e-14, 1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1e-1]):
+        for dtype in (torch.float64, torch.float32):
+            signal = gaussian(n, 3, seed=30 + i) @ gaussian(3, d, seed=50 + i)
+            z = (signal + noise * gaussian(n, d, seed=70 + i)).to(dtype)
+            routes.add(_singular_values(z, EPS)[1])
+            assert rankme(z) == pytest.approx(reference_rankme(z), rel=REL)
+            assert effective_rank(z) == pytest.approx(reference_rankme(z, eps=0.0), rel=REL)
+    k = min(n, d)
+    u, v = orthonormal(n, k, seed=90), orthonormal(d, k, seed=91)
+    for condition in (1e2, 1e4, 1e6, 1e8, 1e12):
+        z = (u * torch.logspace(0, -math.log10(condition), k, dtype=torch.float64)) @ v.T
+        routes.add(_singular_values(z, EPS)[1])
+        assert rankme(z) == pytest.approx(reference_rankme(z), rel=REL)
+    assert routes == {"gram", "svd"}
 
 
 def test_eps_difference_between_rankme_and_effective_rank() -> None:
@@ -179,7 +204,8 @@ def test_from_singular_values_helpers() -> None:
     nz = p[p > 0]
     assert effective_rank_from_singular_values(s) == pytest.approx(math.exp(-(nz * np.log(nz)).sum()))
     q = p + 0.01
-    assert rankme_from_singular_values(torch.tensor(s), eps=0.01) == pytest.approx(math.exp(-(q * np.log(q)).sum()))
+    expected = math.exp(-(q * np.log(q)).sum())
+    assert rankme_from_singular_values(torch.tensor(s), eps=0.01) == pytest.approx(expected)
     assert rankme_from_singular_values(s[::-1]) == pytest.approx(rankme_from_singular_values(s), rel=1e-15)
     for bad in ([], [[1.0, 2.0]], [1.0, -1.0], [0.0, 0.0], [1.0, math.nan], [math.inf]):
         with pytest.raises(ValueError):

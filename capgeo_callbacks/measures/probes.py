@@ -1,0 +1,105 @@
+"""Held-out accuracy of a linear probe on hidden states (spec §6.6).
+
+Closed-form ridge regression to one-hot targets, fit on one set of hidden states and scored on
+another: deterministic (no optimiser, no RNG) and fast.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["linear_probe_accuracy"]
+
+
+def _check_set(x: Tensor, y: Tensor, name: str) -> None:
+    if not isinstance(x, Tensor) or x.dim() != 2:
+        raise ValueError(f"{name}_x must be a 2-D tensor (N x D), got shape {tuple(getattr(x, 'shape', ()))}")
+    if not isinstance(y, Tensor) or y.dim() != 1:
+        raise ValueError(f"{name}_y must be a 1-D tensor (N,), got shape {tuple(getattr(y, 'shape', ()))}")
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"{name}_x has {x.shape[0]} rows but {name}_y has {y.shape[0]} labels")
+    if x.shape[0] == 0:
+        raise ValueError(f"the {name} set is empty")
+    if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
+        raise ValueError(f"{name}_y must hold integer class labels, got dtype {y.dtype}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name}_x contains non-finite values")
+
+
+def linear_probe_accuracy(
+    train_x: Tensor,
+    train_y: Tensor,
+    test_x: Tensor,
+    test_y: Tensor,
+    *,
+    ridge: float = 1e-3,
+    num_classes: int | None = None,
+) -> float:
+    """Held-out accuracy of a ridge-regression probe from features to class labels.
+
+    Features are standardised with the training mean and standard deviation (constant features are
+    left centred), X_s = (X - mu_train) / sd_train. With one-hot targets Y (N x K) the probe is
+
+        W = argmin_W (1/N) ||X_s W + 1 b^T - Y||^2 + ridge * ||W||_F^2,
+
+    with an unpenalised bias column: since the training features are centred, b = mean(Y) and
+    W = (X_s^T X_s / N + ridge I)^{-1} X_s^T (Y - mean(Y)) / N (solved in float64 in its primal D x D
+    or dual N x N form, whichever is smaller; a pseudo-inverse when ``ridge == 0``). Prediction is
+    argmax_k of the scores; the result is the fraction of test rows predicted correctly.
+
+    Only the classes seen in training get a column (the others would score exactly 0 everywhere,
+    below the best class, whose scores sum to 1 across classes): labels may be sparse token ids.
+
+    Pure tensor function: needs no gradients; deterministic.
+
+    Args:
+        train_x: training features, N_train x D.
+        train_y: integer labels, N_train.
+        test_x: held-out features, N_test x D.
+        test_y: integer labels, N_test.
+        ridge: the L2 penalty (on standardised features), >= 0.
+        num_classes: if given, every label must lie in [0, num_classes).
+
+    Raises:
+        ValueError: empty sets, mismatched shapes or feature dimensions, non-integer or
+            out-of-range labels, non-finite features or a negative ``ridge``.
+    """
+    _check_set(train_x, train_y, "train")
+    _check_set(test_x, test_y, "test")
+    if train_x.shape[1] != test_x.shape[1]:
+        raise ValueError(
+            f"train_x and test_x have different feature dimensions: {train_x.shape[1]} vs {test_x.shape[1]}"
+        )
+    if ridge < 0:
+        raise ValueError(f"ridge must be non-negative, got {ridge}")
+    labels = torch.cat([train_y, test_y])
+    if bool((labels < 0).any()):
+        raise ValueError("labels must be non-negative class indices")
+    if num_classes is not None and int(labels.max()) >= num_classes:
+        raise ValueError(f"labels go up to {int(labels.max())}, beyond num_classes={num_classes}")
+
+    device = train_x.device
+    x = train_x.to(torch.float64)
+    mean = x.mean(dim=0, keepdim=True)
+    std = x.std(dim=0, unbiased=False, keepdim=True)
+    std = torch.where(std > 0, std, torch.ones_like(std))
+    x = (x - mean) / std
+    classes, train_index = torch.unique(train_y.to(device), return_inverse=True)
+    targets = torch.nn.functional.one_hot(train_index, classes.numel()).to(torch.float64)
+    bias = targets.mean(dim=0)
+    centred = targets - bias
+    n, dim = x.shape
+    if ridge == 0:
+        weight = torch.linalg.pinv(x) @ centred
+    elif dim <= n:
+        gram = x.T @ x / n + ridge * torch.eye(dim, dtype=torch.float64, device=device)
+        weight = torch.linalg.solve(gram, x.T @ centred / n)
+    else:
+        gram = x @ x.T / n + ridge * torch.eye(n, dtype=torch.float64, device=device)
+        weight = x.T @ torch.linalg.solve(gram, centred / n)
+
+    test = (test_x.to(device=device, dtype=torch.float64) - mean) / std
+    scores = test @ weight + bias
+    predicted = classes[scores.argmax(dim=1)]
+    return float((predicted == test_y.to(device)).double().mean())

@@ -1,0 +1,118 @@
+"""PrecursorDetector on a real Trainer, fed scripted series through a real (scripted) measure callback."""
+
+from __future__ import annotations
+
+import json
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch import Trainer
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from capgeo_callbacks import MeasureCallback, PrecursorDetector
+from tests.callbacks.conftest import read_events
+
+INTERVAL = 10
+# RankMe per evaluation (evaluation i is at step 10 * (i + 1)): rise, collapse at eval 5, recover.
+RANKME = [20, 30, 40, 30, 15, 8, 9, 14, 20, 26, 30, 32, 33, 33, 33, 33]
+# accuracy crosses 0.5 at eval 11 (step 120) and stays there
+ACC = [0.0] * 11 + [0.6, 0.7, 0.8, 0.9, 0.95]
+
+
+class ScriptedMeasure(MeasureCallback):
+    """A measure whose values follow a script (the detector reads it like any measure callback)."""
+
+    tags = ["rankme/last"]
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self.record(pl_module, trainer.global_step, {"rankme/last": float(RANKME[self.evaluations])})
+        self.evaluations += 1
+
+
+class ScriptedAccuracy(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 1)
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        evaluation = self.global_step // INTERVAL - 1
+        self.log("val/acc", ACC[evaluation], on_epoch=True, batch_size=1)
+        self.log("val/logprob", -3.0 + 0.25 * evaluation, on_epoch=True, batch_size=1)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def run(tmp_path, steps: int, detector: PrecursorDetector, ckpt_path: str | None = None) -> Trainer:
+    data = TensorDataset(torch.randn(8, 2))
+    trainer = Trainer(
+        max_steps=steps, val_check_interval=INTERVAL, check_val_every_n_epoch=None, accelerator="cpu",
+        logger=TensorBoardLogger(str(tmp_path), name="", version=""), callbacks=[ScriptedMeasure(), detector],
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        enable_checkpointing=ckpt_path is None,
+        default_root_dir=str(tmp_path),
+    )
+    trainer.fit(ScriptedAccuracy(), DataLoader(data, batch_size=1), DataLoader(data, batch_size=8),
+                ckpt_path=ckpt_path)
+    return trainer
+
+
+def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
+    alerts = []
+    detector = PrecursorDetector(on_alert=alerts.append, smoothing=1, run_info={"task": "scripted"})
+    run(tmp_path, steps=10 * len(RANKME), detector=detector)
+
+    # collapse at eval 5 (step 60); recovery: above 8 + 10% of the 32-point drop at steps 80 and 90
+    assert [(a.kind, a.step, a.collapse_step, a.recovery_step) for a in alerts] == [
+        ("layer", 90, 60, 90), ("run", 90, 60, 90)]
+    summary = json.loads((tmp_path / "capgeo_summary.json").read_text())
+    assert summary["task"] == "scripted"
+    assert summary["acquisition_step"] == 120
+    assert summary["verdict"] == "precursor"
+    assert summary["gap"] == 120 - 60
+    assert summary["layers"]["last"]["floor"] == 8
+    assert summary["logprob_emergence_step"] == 110  # eval 10: -3 + 0.25 * 10 = -0.5 >= log(0.5)
+    assert summary["acc_at_logprob_emergence"] == 0.0
+    assert len(summary["series"]["rankme/last"]) == len(RANKME)
+    for key in ("parameters", "steps", "layer_order_rho", "rankme_rows", "alerts"):
+        assert key in summary
+
+    events = read_events(tmp_path)
+    tags = events.Tags()
+    assert "rankme/last" in tags["scalars"] and "val/acc" in tags["scalars"]
+    assert "capgeo/rankme_heatmap" in tags["images"]
+    text_tags = [t for t in tags["tensors"] if t.startswith("capgeo/")]
+    assert any(t.startswith("capgeo/alerts") for t in text_tags)
+    assert any(t.startswith("capgeo/verdict") for t in text_tags)
+    alert_text = [e for t in text_tags if t.startswith("capgeo/alerts") for e in events.Tensors(t)]
+    assert len(alert_text) == 2  # one per layer, one for the run: each once
+
+
+def test_resume_does_not_repeat_alerts(tmp_path) -> None:
+    first: list = []
+    run(tmp_path / "a", steps=100, detector=PrecursorDetector(on_alert=first.append, smoothing=1))
+    assert [a.kind for a in first] == ["layer", "run"]
+    checkpoint = next((tmp_path / "a").rglob("*.ckpt"))
+    second: list = []
+    detector = PrecursorDetector(on_alert=second.append, smoothing=1)
+    run(tmp_path / "b", steps=10 * len(RANKME), detector=detector, ckpt_path=str(checkpoint))
+    assert second == []  # already raised before the interruption
+    summary = detector.summary
+    assert summary["verdict"] == "precursor" and summary["gap"] == 60
+    steps = [p[0] for p in summary["series"]["acc"]]
+    assert steps == list(range(10, 10 * len(RANKME) + 1, 10))  # no gap, no duplicate
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="min_drop"):
+        PrecursorDetector(min_drop=1.5)
+    with pytest.raises(ValueError, match="heatmap_every_n_evals"):
+        PrecursorDetector(heatmap_every_n_evals=-1)

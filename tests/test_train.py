@@ -1,0 +1,84 @@
+"""train.py end to end: the CLI contract and one real tiny run read back from its event files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tasks
+import train
+from models import SIZES
+from tests.callbacks.conftest import read_events
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def test_help_lists_every_choice() -> None:
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for choice in (*tasks.TASKS, *tasks.DIFFICULTIES, *SIZES):
+        assert choice in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "listed"),
+    [("--task", "sorting", "copy, reverse"), ("--difficulty", "extreme", "easy, medium, hard"),
+     ("--size", "giant", "xs, s, m")],
+)
+def test_bad_choice_exits_before_training(flag: str, value: str, listed: str) -> None:
+    args = ["--task", "sort", flag, value] if flag != "--task" else [flag, value]
+    result = run_cli(*args, "--logdir", "/nonexistent/never-created")
+    assert result.returncode != 0
+    assert "invalid choice" in result.stderr and listed.split(", ")[0] in result.stderr
+    assert not Path("/nonexistent/never-created").exists()
+
+
+def test_bad_measures_and_steps_are_errors() -> None:
+    with pytest.raises(SystemExit):
+        train.parse_args(["--task", "sort", "--measures", "rankme,bogus"])
+    with pytest.raises(SystemExit):
+        train.parse_args(["--task", "sort", "--max-steps", "0"])
+
+
+def test_unwritable_logdir_is_a_clear_error(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(SystemExit, match="is not writable"):
+        train.main(["--task", "sort", "--difficulty", "easy", "--max-steps", "2", "--logdir", str(blocker / "x")])
+
+
+def test_tiny_run_leaves_what_the_spec_lists(tmp_path, capsys) -> None:
+    summary = train.main(["--task", "sort", "--difficulty", "easy", "--max-steps", "48", "--eval-points", "6",
+                          "--logdir", str(tmp_path), "--no-progress"])
+    run_dir = Path(summary["run_dir"])
+    printed = capsys.readouterr().out
+    assert "verdict:" in printed and "layer" in printed
+
+    events = read_events(run_dir)
+    scalars = set(events.Tags()["scalars"])
+    assert {"val/acc", "val/loss", "val/logprob", "train/loss"} <= scalars
+    assert {"rankme/blocks.0", "rankme/blocks.1", "rankme/norm_f"} <= scalars
+    assert len(events.Scalars("val/acc")) == 6
+    assert "capgeo/rankme_heatmap" in events.Tags()["images"]
+    tensors = events.Tags()["tensors"]
+    assert any(t.startswith("capgeo/verdict") for t in tensors)
+    assert "custom_scalars__config__" in tensors
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+
+    saved = json.loads((run_dir / "capgeo_summary.json").read_text())
+    for key in ("task", "difficulty", "size", "parameters", "steps", "acquisition_step", "logprob_emergence_step",
+                "layers", "verdict", "gap", "layer_order_rho", "series", "rankme_rows"):
+        assert key in saved, key
+    assert saved["task"] == "sort" and saved["size"] == "xs" and saved["steps"] == 48
+    assert set(saved["layers"]) == {"blocks.0", "blocks.1", "norm_f"}
+    assert all(rows == 2048 for rows in saved["rankme_rows"].values())
+    assert len(saved["series"]["rankme/norm_f"]) == 6
