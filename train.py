@@ -51,14 +51,13 @@ class TrainingDefaults:
 
 # Calibrated for the smallest size on 2 CPU cores (README, "Calibration"): easy tasks are acquired in a
 # few minutes; hard ones run up to ~20 minutes.
+_EASY = TrainingDefaults(max_steps=3000, batch_size=64, lr=1e-3)
+_MEDIUM = TrainingDefaults(max_steps=6000, batch_size=64, lr=1e-3)
+_HARD = TrainingDefaults(max_steps=12000, batch_size=64, lr=1e-3)
 DEFAULTS: dict[str, dict[str, TrainingDefaults]] = {
-    task: {
-        "easy": TrainingDefaults(max_steps=1000, batch_size=64, lr=1e-3),
-        "medium": TrainingDefaults(max_steps=3000, batch_size=64, lr=1e-3),
-        "hard": TrainingDefaults(max_steps=8000, batch_size=64, lr=1e-3),
-    }
-    for task in tasks.TASKS
+    task: {"easy": _EASY, "medium": _MEDIUM, "hard": _HARD} for task in tasks.TASKS
 }
+DEFAULTS["mod"]["hard"] = TrainingDefaults(max_steps=15000, batch_size=64, lr=1e-3)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

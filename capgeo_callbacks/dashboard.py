@@ -25,16 +25,17 @@ def custom_scalars_layout(
 ) -> dict[str, dict[str, list]]:
     """A custom-scalars layout that puts RankMe per layer beside accuracy on one screen.
 
-    The first category holds two charts side by side: every layer's RankMe on one multiline chart,
-    and accuracy (with log-prob in a third chart) so the collapse and the acquisition line up by step.
+    The first category opens with accuracy, then one chart per layer from the deepest down (the order
+    in which the study saw layers collapse), so a collapse and the later rise in accuracy line up by
+    step at a glance; then all layers on one chart and the log-prob.
     """
-    capgeo: dict[str, list] = {
-        "RankMe per layer": ["Multiline", [re.escape(tag) for tag in rankme_tags] or ["rankme/.*"]],
-        f"accuracy ({acc_tag})": ["Multiline", [re.escape(acc_tag)]],
-    }
+    charts: dict[str, list] = {f"accuracy ({acc_tag})": ["Multiline", [re.escape(acc_tag)]]}
+    for tag in reversed(rankme_tags):
+        charts[f"RankMe {tag.split('/', 1)[-1]}"] = ["Multiline", [re.escape(tag)]]
+    charts["RankMe, all layers"] = ["Multiline", [re.escape(tag) for tag in rankme_tags] or ["rankme/.*"]]
     if logprob_tag:
-        capgeo[f"log-prob ({logprob_tag})"] = ["Multiline", [re.escape(logprob_tag)]]
-    layout = {"capgeo: RankMe vs accuracy": capgeo}
+        charts[f"log-prob ({logprob_tag})"] = ["Multiline", [re.escape(logprob_tag)]]
+    layout = {"capgeo: RankMe per layer vs accuracy": charts}
     if other_tags:
         layout["capgeo: other measures"] = {tag: ["Multiline", [re.escape(tag)]] for tag in other_tags}
     return layout

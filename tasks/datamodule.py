@@ -82,8 +82,9 @@ class TaskDataModule(pl.LightningDataModule):
     shifted by one) and ``answer_mask`` (BoolTensor [B, T], True where ``targets`` is an answer
     token). Validation and test hold ``val_size`` / ``test_size`` distinct examples, or all the
     distinct examples of their bucket that the search finds when the level's example space is smaller
-    (e.g. ``mod`` easy has 121 questions, about 12 per evaluation split). They are drawn from the
-    training distribution and deduplicated, so in a tiny space they are uniform over its questions.
+    (e.g. ``mod`` easy has 31 * 31 = 961 questions, about 96 per evaluation split). They are drawn
+    from the training distribution and deduplicated, so in a tiny space they are uniform over its
+    questions.
 
     Training batch ``k`` is :meth:`train_batch` ``(k)`` (``k * world_size + rank`` under DDP, so ranks
     see different data). :meth:`state_dict` records the batches the trainer has consumed (Lightning

@@ -39,6 +39,7 @@ from tasks.vocab import (
 Sampler = Callable[[int, torch.Generator], Tensor]
 
 MAX_INT_DIGITS = 18  # 10**18 < 2**63: products and sums stay exact in int64
+MAX_QUERIES = 64  # questions per example of compare, parity and deduce
 
 
 @dataclass(frozen=True)
@@ -108,37 +109,58 @@ def _copy_like(task: str, params: dict[str, Any], reverse: bool) -> TaskSpec:
     return TaskSpec(task, params, length, length, sample)
 
 
+def _queries(task: str, params: dict[str, Any]) -> int:
+    """The number of independent questions per example (one answer token each)."""
+    return _int_param(task, params, "queries", 1, MAX_QUERIES)
+
+
+def _separators(n: int, queries: int, sep_id: int) -> Tensor:
+    """[n, queries, 1]: ``sep_id`` after each question but the last, which is followed by ``=``."""
+    sep = torch.full((queries, 1), sep_id, dtype=torch.long)
+    sep[-1] = EQ_ID
+    return sep.expand(n, queries, 1)
+
+
 def _compare(params: dict[str, Any]) -> TaskSpec:
-    """``a ? b = r`` with r in ``> < =``; a third of pairs are equal, a third differ in one digit."""
+    """``a ? b | a' ? b' | ... = r r' ..`` with each r in ``> < =``.
+
+    Each of the ``queries`` pairs is drawn independently: a third are equal, a third differ in one
+    digit (so every digit matters), a third are two independent numbers.
+    """
     digits = _int_param("compare", params, "digits", 1, 256)
+    queries = _queries("compare", params)
 
     def sample(n: int, g: torch.Generator) -> Tensor:
-        a = torch.randint(0, 10, (n, digits), generator=g)
-        mode = torch.randint(0, 3, (n, 1), generator=g)  # 0 equal, 1 one digit changed, 2 independent
-        pos = torch.randint(0, digits, (n, 1), generator=g)
-        delta = torch.randint(1, 10, (n, 1), generator=g)
-        near = a.scatter(1, pos, (a.gather(1, pos) + delta) % 10)
-        other = torch.randint(0, 10, (n, digits), generator=g)
+        a = torch.randint(0, 10, (n, queries, digits), generator=g)
+        mode = torch.randint(0, 3, (n, queries, 1), generator=g)  # 0 equal, 1 one digit off, 2 independent
+        pos = torch.randint(0, digits, (n, queries, 1), generator=g)
+        delta = torch.randint(1, 10, (n, queries, 1), generator=g)
+        near = a.scatter(2, pos, (a.gather(2, pos) + delta) % 10)
+        other = torch.randint(0, 10, (n, queries, digits), generator=g)
         b = torch.where(mode == 0, a, torch.where(mode == 1, near, other))
         diff = a - b
-        first = (diff != 0).long().argmax(dim=1, keepdim=True)  # first differing digit (0 if none)
-        sign = diff.gather(1, first)
+        first = (diff != 0).long().argmax(dim=2, keepdim=True)  # first differing digit (0 if none)
+        sign = diff.gather(2, first).squeeze(2)
         ans = torch.where(sign > 0, GT_ID, torch.where(sign < 0, LT_ID, EQ_ID))
-        return torch.cat([values_to_ids(a), _col(n, QUERY_ID), values_to_ids(b), _col(n, EQ_ID), ans], dim=1)
+        query = torch.full((n, queries, 1), QUERY_ID, dtype=torch.long)
+        pairs = torch.cat([values_to_ids(a), query, values_to_ids(b), _separators(n, queries, BAR_ID)], dim=2)
+        return torch.cat([pairs.reshape(n, queries * (2 * digits + 2)), ans], dim=1)
 
-    return TaskSpec("compare", params, 2 * digits + 1, 1, sample)
+    return TaskSpec("compare", params, queries * (2 * digits + 2) - 1, queries, sample)
 
 
 def _parity(params: dict[str, Any]) -> TaskSpec:
-    """``b_1 .. b_N = (sum b) mod 2``."""
+    """``b_1 .. b_N | b'_1 .. b'_N | ... = p p' ..`` with p = (sum b) mod 2, one per bit string."""
     bits = _int_param("parity", params, "bits", 1, 1024)
+    queries = _queries("parity", params)
 
     def sample(n: int, g: torch.Generator) -> Tensor:
-        x = torch.randint(0, 2, (n, bits), generator=g)
-        ans = x.sum(dim=1, keepdim=True) % 2
-        return torch.cat([values_to_ids(x), _col(n, EQ_ID), values_to_ids(ans)], dim=1)
+        x = torch.randint(0, 2, (n, queries, bits), generator=g)
+        ans = x.sum(dim=2) % 2
+        strings = torch.cat([values_to_ids(x), _separators(n, queries, BAR_ID)], dim=2)
+        return torch.cat([strings.reshape(n, queries * (bits + 1)), values_to_ids(ans)], dim=1)
 
-    return TaskSpec("parity", params, bits, 1, sample)
+    return TaskSpec("parity", params, queries * (bits + 1) - 1, queries, sample)
 
 
 def _add(params: dict[str, Any]) -> TaskSpec:
@@ -228,14 +250,18 @@ def _random_perm(n: int, k: int, g: torch.Generator) -> Tensor:
 
 
 def _deduce(params: dict[str, Any]) -> TaskSpec:
-    """Shuffled facts ``x > y ,`` of a chain (plus a distractor chain), then ``| x ? y = r``.
+    """Shuffled facts ``x > y ,`` of a chain (plus a distractor chain), then ``| x ? y , ... = r ..``.
 
     The main chain has ``chain`` distinct letters e_1 > e_2 > ... > e_C (C-1 facts); the distractor
-    chain, on other letters, gives ``distractors`` more facts. The query names two distinct letters of
-    the main chain in random order, so the answer (``>`` or ``<``, 50/50) follows by transitivity.
+    chain, on other letters, gives ``distractors`` more facts. Each of the ``queries`` queries names
+    two distinct letters of the main chain in random order, so its answer (``>`` or ``<``) follows by
+    transitivity. The unordered pairs are distinct while the chain has enough of them (they are
+    drawn without replacement, in rounds through all pairs when there are fewer pairs than queries)
+    and every order is a fair coin, so the answers are independent and each is 50/50.
     """
     chain = _int_param("deduce", params, "chain", 2, len(LETTERS))
     distractors = _int_param("deduce", params, "distractors", 0, len(LETTERS))
+    queries = _queries("deduce", params)
     n_entities = chain + (distractors + 1 if distractors else 0)
     if n_entities > len(LETTERS):
         raise ValueError(
@@ -245,6 +271,9 @@ def _deduce(params: dict[str, Any]) -> TaskSpec:
     n_facts = chain - 1 + distractors
     sep = torch.full((n_facts,), COMMA_ID, dtype=torch.long)
     sep[-1] = BAR_ID
+    hi_pos, lo_pos = torch.triu_indices(chain, chain, offset=1)  # all chain position pairs i < j
+    n_pairs = hi_pos.shape[0]
+    rounds = -(-queries // n_pairs)
 
     def sample(n: int, g: torch.Generator) -> Tensor:
         ent = letters_to_ids(_random_perm(n, len(LETTERS), g)[:, :n_entities])
@@ -256,10 +285,16 @@ def _deduce(params: dict[str, Any]) -> TaskSpec:
         facts = torch.stack(
             [heads, torch.full_like(heads, GT_ID), tails, sep.expand(n, n_facts)], dim=2
         ).reshape(n, 4 * n_facts)
-        pick = _random_perm(n, chain, g)[:, :2]  # two distinct chain positions, uniformly ordered
-        q = main.gather(1, pick)
-        ans = torch.where(pick[:, :1] < pick[:, 1:], GT_ID, LT_ID)  # earlier in the chain = greater
-        return torch.cat([facts, q[:, :1], _col(n, QUERY_ID), q[:, 1:], _col(n, EQ_ID), ans], dim=1)
+        pair = torch.cat([_random_perm(n, n_pairs, g) for _ in range(rounds)], dim=1)[:, :queries]
+        hi, lo = hi_pos[pair], lo_pos[pair]  # chain positions, hi earlier (greater) than lo
+        flip = torch.randint(0, 2, (n, queries), generator=g, dtype=torch.bool)
+        left, right = torch.where(flip, lo, hi), torch.where(flip, hi, lo)
+        ans = torch.where(flip, LT_ID, GT_ID)  # left ? right is ">" iff left is earlier in the chain
+        query = torch.stack(
+            [main.gather(1, left), torch.full_like(left, QUERY_ID), main.gather(1, right)], dim=2
+        )
+        query = torch.cat([query, _separators(n, queries, COMMA_ID)], dim=2).reshape(n, 4 * queries)
+        return torch.cat([facts, query, ans], dim=1)
 
     def canonical(questions: Tensor) -> Tensor:
         """The same question with its facts sorted, so every fact order gives one key."""
@@ -270,7 +305,7 @@ def _deduce(params: dict[str, Any]) -> TaskSpec:
         facts[:, :, 3] = sep
         return torch.cat([facts.reshape(n, 4 * n_facts), questions[:, 4 * n_facts :]], dim=1)
 
-    return TaskSpec("deduce", params, 4 * n_facts + 3, 1, sample, canonical)
+    return TaskSpec("deduce", params, 4 * n_facts + 4 * queries - 1, queries, sample, canonical)
 
 
 _BUILDERS: dict[str, Callable[[dict[str, Any]], TaskSpec]] = {

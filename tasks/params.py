@@ -27,14 +27,14 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "hard": {"length": 32, "alphabet": 10},
     },
     "compare": {
-        "easy": {"digits": 2},
-        "medium": {"digits": 5},
-        "hard": {"digits": 10},
+        "easy": {"digits": 2, "queries": 4},
+        "medium": {"digits": 5, "queries": 4},
+        "hard": {"digits": 10, "queries": 4},
     },
     "parity": {
-        "easy": {"bits": 8},
-        "medium": {"bits": 16},
-        "hard": {"bits": 32},
+        "easy": {"bits": 8, "queries": 4},
+        "medium": {"bits": 16, "queries": 4},
+        "hard": {"bits": 32, "queries": 4},
     },
     "add": {
         "easy": {"digits": 2},
@@ -42,8 +42,8 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "hard": {"digits": 8},
     },
     "mod": {
-        "easy": {"op": "+", "p": 11},
-        "medium": {"op": "+", "p": 47},
+        "easy": {"op": "+", "p": 31},
+        "medium": {"op": "+", "p": 61},
         "hard": {"op": "*", "p": 97},
     },
     "sort": {
@@ -57,18 +57,29 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "hard": {"digits_a": 3, "digits_b": 3},
     },
     "deduce": {
-        "easy": {"chain": 3, "distractors": 0},
-        "medium": {"chain": 5, "distractors": 2},
-        "hard": {"chain": 8, "distractors": 6},
+        "easy": {"chain": 3, "distractors": 0, "queries": 4},
+        "medium": {"chain": 5, "distractors": 2, "queries": 4},
+        "hard": {"chain": 8, "distractors": 6, "queries": 4},
     },
 }
+
+# Tasks whose answer to one question is a single binary / ternary token ask ``queries`` independent
+# questions per example and answer each with one token, so that a model at chance gets a whole answer
+# right with probability (1/2)**queries or (1/3)**queries, far below the 0.5 acquisition threshold.
+_QUERIES_DOC = "independent {what}; the answer is one token per question"
 
 # What each parameter means, for the README table and for error messages.
 PARAM_DOCS: dict[str, dict[str, str]] = {
     "copy": {"length": "list length", "alphabet": "values 0..alphabet-1"},
     "reverse": {"length": "list length", "alphabet": "values 0..alphabet-1"},
-    "compare": {"digits": "digits per number (leading zeros allowed)"},
-    "parity": {"bits": "bit-string length"},
+    "compare": {
+        "digits": "digits per number (leading zeros allowed)",
+        "queries": _QUERIES_DOC.format(what="number pairs, separated by `|`"),
+    },
+    "parity": {
+        "bits": "bit-string length",
+        "queries": _QUERIES_DOC.format(what="bit strings, separated by `|`"),
+    },
     "add": {"digits": "digits per operand; answer has digits+1"},
     "mod": {"op": "one of + - *", "p": "modulus, 2..127; residues are single tokens"},
     "sort": {"length": "list length", "alphabet": "values 0..alphabet-1"},
@@ -76,6 +87,7 @@ PARAM_DOCS: dict[str, dict[str, str]] = {
     "deduce": {
         "chain": "entities on the queried chain (chain-1 facts)",
         "distractors": "facts of a second, unrelated chain",
+        "queries": _QUERIES_DOC.format(what="queries on the main chain, separated by `,`"),
     },
 }
 

@@ -27,6 +27,11 @@ def example_sequence(task: str, difficulty: str = "easy", seed: int = 0) -> str:
     return decode(spec.sample(1, seeded_generator(seed, zlib.crc32(task.encode())))[0])
 
 
+def _escape_bars(text: str) -> str:
+    """``text`` with ``|`` escaped, so that it can sit in a Markdown table cell."""
+    return text.replace("|", "\\|")
+
+
 def params_table() -> str:
     """Markdown table: per task, each level's parameters and an example sequence at easy."""
     lines = [
@@ -35,10 +40,11 @@ def params_table() -> str:
     ]
     for task in TASKS:
         cells = [_level_cell(task, d) for d in DIFFICULTIES]
-        example = example_sequence(task).replace("|", "\\|")
+        example = _escape_bars(example_sequence(task))
         lines.append(f"| `{task}` | " + " | ".join(cells) + f" | `{example}` |")
     lines += ["", "| task | parameter | meaning |", "| --- | --- | --- |"]
-    lines += [f"| `{task}` | `{key}` | {doc} |" for task in TASKS for key, doc in PARAM_DOCS[task].items()]
+    legend = [(task, key, doc) for task in TASKS for key, doc in PARAM_DOCS[task].items()]
+    lines += [f"| `{task}` | `{key}` | {_escape_bars(doc)} |" for task, key, doc in legend]
     lines += [
         "",
         "T is the length of `input_ids` (the sequence minus its last token); loss and accuracy count only"

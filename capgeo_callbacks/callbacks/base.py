@@ -44,7 +44,8 @@ class MeasureCallback(Callback):
             if points and points[-1][0] >= step:  # a resumed run re-validating a logged step
                 points[:] = [p for p in points if p[0] < step]
             points.append([step, float(value)])
-            pl_module.log(tag, float(value), on_step=False, on_epoch=True, sync_dist=False)
+            # identical on every rank (rows are gathered first); syncing is exact and keeps Lightning quiet
+            pl_module.log(tag, float(value), on_step=False, on_epoch=True, sync_dist=True)
 
     def values_at(self, step: int) -> dict[str, float]:
         """The values measured at ``step`` (empty if this callback did not measure then)."""

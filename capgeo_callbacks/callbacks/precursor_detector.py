@@ -226,10 +226,11 @@ class PrecursorDetector(Callback):
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         summary = self.build_summary(trainer, pl_module)
+        log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
         if not trainer.is_global_zero:
             return
-        if trainer.log_dir is not None:
-            path = Path(trainer.log_dir) / self.summary_filename
+        if log_dir is not None:
+            path = Path(log_dir) / self.summary_filename
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(summary, indent=1, default=_json_default))
         self._write_heatmap(trainer, trainer.global_step)

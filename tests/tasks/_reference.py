@@ -44,23 +44,8 @@ def _reaches(edges: dict[str, set[str]], src: str, dst: str) -> bool:
     return False
 
 
-def _deduce(q: list[str], params: dict[str, Any]) -> list[str]:
-    """Parse ``x > y , ... | a ? b`` and answer by transitivity; also check the fact structure."""
-    facts_text, query = " ".join(q).split(" | ")
-    facts = [f.split() for f in facts_text.split(" , ")]
-    assert all(len(f) == 3 and f[1] == ">" for f in facts), facts
-    n_chain, n_dis = params["chain"], params["distractors"]
-    assert len(facts) == n_chain - 1 + n_dis
-    edges: dict[str, set[str]] = defaultdict(set)
-    undirected: dict[str, set[str]] = defaultdict(set)
-    for x, _, y in facts:
-        assert x != y and x.isalpha() and y.isalpha()
-        edges[x].add(y)
-        undirected[x].add(y)
-        undirected[y].add(x)
-    a, op, b = query.split()
-    assert op == "?" and a != b
-    # Components of the fact graph: the main chain (holding a and b) and at most one distractor chain.
+def _components(undirected: dict[str, set[str]]) -> list[set[str]]:
+    """Connected components of an undirected graph."""
     comps, seen = [], set()
     for node in list(undirected):
         if node in seen:
@@ -73,12 +58,47 @@ def _deduce(q: list[str], params: dict[str, Any]) -> list[str]:
                 stack.extend(undirected[cur] - comp)
         seen |= comp
         comps.append(comp)
-    main = next(c for c in comps if a in c)
-    assert b in main and len(main) == n_chain
+    return comps
+
+
+def _deduce(q: list[str], params: dict[str, Any]) -> list[str]:
+    """Parse ``x > y , ... | a ? b , c ? d ...`` and answer each query by transitivity.
+
+    Also checks the fact structure: a main chain holding every queried letter and at most one
+    distractor chain.
+    """
+    facts_text, queries_text = " ".join(q).split(" | ")
+    facts = [f.split() for f in facts_text.split(" , ")]
+    assert all(len(f) == 3 and f[1] == ">" for f in facts), facts
+    n_chain, n_dis = params["chain"], params["distractors"]
+    assert len(facts) == n_chain - 1 + n_dis
+    edges: dict[str, set[str]] = defaultdict(set)
+    undirected: dict[str, set[str]] = defaultdict(set)
+    for x, _, y in facts:
+        assert x != y and x.isalpha() and y.isalpha()
+        edges[x].add(y)
+        undirected[x].add(y)
+        undirected[y].add(x)
+    queries = [query.split() for query in queries_text.split(" , ")]
+    assert len(queries) == params["queries"], queries
+    comps = _components(undirected)
+    main = next(c for c in comps if queries[0][0] in c)
+    assert len(main) == n_chain
     assert sorted(len(c) for c in comps if c is not main) == ([n_dis + 1] if n_dis else [])
-    forward, backward = _reaches(edges, a, b), _reaches(edges, b, a)
-    assert forward != backward, "the query must be decided by the facts"
-    return [">" if forward else "<"]
+    answers = []
+    for a, op, b in queries:
+        assert op == "?" and a != b and a in main and b in main
+        forward, backward = _reaches(edges, a, b), _reaches(edges, b, a)
+        assert forward != backward, "the query must be decided by the facts"
+        answers.append(">" if forward else "<")
+    return answers
+
+
+def _split_queries(q: list[str], params: dict[str, Any]) -> list[list[str]]:
+    """The ``|``-separated questions of a compare or parity example, checking their number."""
+    parts = " ".join(q).split(" | ")
+    assert len(parts) == params["queries"], parts
+    return [part.split() for part in parts]
 
 
 def reference_answer(task: str, params: dict[str, Any], question: str) -> list[str]:
@@ -90,14 +110,20 @@ def reference_answer(task: str, params: dict[str, Any], question: str) -> list[s
         out = {"copy": vals, "reverse": vals[::-1], "sort": sorted(vals)}[task]
         return [str(v) for v in out]
     if task == "compare":
-        i = q.index("?")
-        a, b = q[:i], q[i + 1 :]
-        assert len(a) == len(b) == params["digits"]
-        x, y = _number(a), _number(b)
-        return [">" if x > y else "<" if x < y else "="]
+        answers = []
+        for pair in _split_queries(q, params):
+            i = pair.index("?")
+            a, b = pair[:i], pair[i + 1 :]
+            assert len(a) == len(b) == params["digits"]
+            x, y = _number(a), _number(b)
+            answers.append(">" if x > y else "<" if x < y else "=")
+        return answers
     if task == "parity":
-        assert len(q) == params["bits"] and set(q) <= {"0", "1"}
-        return [str(q.count("1") % 2)]
+        answers = []
+        for bits in _split_queries(q, params):
+            assert len(bits) == params["bits"] and set(bits) <= {"0", "1"}
+            answers.append(str(bits.count("1") % 2))
+        return answers
     if task in ("add", "mul"):
         sym = "+" if task == "add" else "*"
         i = q.index(sym)

@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks import decode, make_datamodule
+from tasks import VOCAB, decode, make_datamodule
 from tests.tasks._reference import reference_answer
 from tests.tasks.helpers import LEVELS, datamodule, full_sequences
 
@@ -40,47 +40,84 @@ def test_eval_answers_match_reference(level: tuple[str, str]) -> None:
         _check_batch(level[0], dm.params, {k: v[:256] for k, v in batch.items()})
 
 
-def _answers(task: str, difficulty: str, n: int = 3000) -> Counter:
-    """Counts of single-token answers over n training examples."""
+def _answer_rows(task: str, difficulty: str, n: int) -> list[tuple[str, ...]]:
+    """The whole answers (one token per query) of n training examples."""
     dm = make_datamodule(task, difficulty, batch_size=n)
-    return Counter(decode(dm.train_batch(0)["targets"][:, -1]).split())
+    answers = dm.train_batch(0)["targets"][:, -dm.answer_len :]
+    assert dm.answer_len == dm.params["queries"] == 4
+    return [tuple(VOCAB[i] for i in row) for row in answers.tolist()]
+
+
+def _check_balanced(rows: list[tuple[str, ...]], labels: set[str], slack: float) -> None:
+    """Every query's answer is uniform over ``labels``, and so is the whole answer over all tuples.
+
+    The second part is what makes chance low: no single whole answer (e.g. always ``> > > >``) is
+    right much more often than (1/len(labels))**queries of the time.
+    """
+    n, q = len(rows), len(rows[0])
+    for j in range(q):
+        counts = Counter(r[j] for r in rows)
+        assert set(counts) == labels
+        assert all(abs(c / n - 1 / len(labels)) < slack for c in counts.values()), (j, counts)
+    whole = Counter(rows)
+    chance = len(labels) ** -q
+    assert len(whole) == len(labels) ** q
+    assert max(whole.values()) / n < 1.5 * chance, whole.most_common(3)
 
 
 @pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
 def test_compare_answers_are_balanced(difficulty: str) -> None:
-    counts = _answers("compare", difficulty)
-    assert set(counts) == {">", "<", "="}
-    assert all(0.25 < counts[a] / 3000 < 0.42 for a in counts), counts
+    _check_balanced(_answer_rows("compare", difficulty, 8000), {">", "<", "="}, 0.04)
 
 
 @pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
-def test_deduce_and_parity_answers_are_balanced(difficulty: str) -> None:
-    for task, labels in (("deduce", {">", "<"}), ("parity", {"0", "1"})):
-        counts = _answers(task, difficulty)
-        assert set(counts) == labels
-        assert all(0.45 < counts[a] / 3000 < 0.55 for a in counts), (task, counts)
+@pytest.mark.parametrize("task", ["deduce", "parity"])
+def test_deduce_and_parity_answers_are_balanced(task: str, difficulty: str) -> None:
+    labels = {"0", "1"} if task == "parity" else {">", "<"}
+    _check_balanced(_answer_rows(task, difficulty, 8000), labels, 0.04)
 
 
 def test_compare_has_near_misses() -> None:
-    """A third of the unequal pairs differ in exactly one digit, so every digit matters."""
+    """A third of the pairs are equal and a third of the others differ in exactly one digit."""
     dm = make_datamodule("compare", "hard", batch_size=3000)
-    q = dm.train_batch(0)["input_ids"][:, : 2 * 10 + 1]
-    diff = (q[:, :10] != q[:, 11:]).sum(dim=1)
-    assert 0.28 < (diff == 1).float().mean() < 0.39
+    q = dm.params["queries"]
+    pairs = full_sequences(dm.train_batch(0))[:, : q * 22].reshape(-1, q, 22)  # a ? b | (or =)
+    diff = (pairs[:, :, :10] != pairs[:, :, 11:21]).sum(dim=2)
+    assert 0.30 < (diff == 0).float().mean() < 0.37
+    assert 0.30 < (diff == 1).float().mean() < 0.37
+
+
+def _deduce_queries(text: str) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    """The successor of each letter along its chain, and the (left, right, answer) of each query."""
+    question, answer = text.split(" = ")
+    facts, queries = question.split(" | ")
+    nxt = {f.split()[0]: f.split()[2] for f in facts.split(" , ")}
+    pairs = [(query.split()[0], query.split()[2]) for query in queries.split(" , ")]
+    return nxt, [(a, b, r) for (a, b), r in zip(pairs, answer.split(), strict=True)]
 
 
 def test_deduce_query_gaps_vary() -> None:
     """Queries span adjacent and distant chain positions (not only the ends)."""
     dm = make_datamodule("deduce", "hard", batch_size=500)
-    texts = [decode(r) for r in full_sequences(dm.train_batch(0))]
-    gaps = Counter()
-    for text in texts:
-        facts, query = text.split(" | ")
-        nxt = {f.split()[0]: f.split()[2] for f in facts.split(" , ")}
-        a, _, b = query.split()[:3]
-        hi, lo = (a, b) if query.endswith(">") else (b, a)
-        steps, cur = 0, hi
-        while cur != lo:
-            cur, steps = nxt[cur], steps + 1
-        gaps[steps] += 1
+    gaps: Counter = Counter()
+    for row in full_sequences(dm.train_batch(0)):
+        nxt, queries = _deduce_queries(decode(row))
+        for a, b, r in queries:
+            hi, lo = (a, b) if r == ">" else (b, a)
+            steps, cur = 0, hi
+            while cur != lo:
+                cur, steps = nxt[cur], steps + 1
+            gaps[steps] += 1
     assert set(gaps) == set(range(1, 8))
+
+
+@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+def test_deduce_queries_ask_distinct_pairs(difficulty: str) -> None:
+    """An example's queries ask different pairs while the chain has enough of them, else all pairs."""
+    dm = make_datamodule("deduce", difficulty, batch_size=300)
+    chain, q = dm.params["chain"], dm.params["queries"]
+    n_pairs = chain * (chain - 1) // 2
+    for row in full_sequences(dm.train_batch(0)):
+        _, queries = _deduce_queries(decode(row))
+        distinct = {frozenset((a, b)) for a, b, _ in queries}
+        assert len(distinct) == min(q, n_pairs), queries

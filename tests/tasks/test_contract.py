@@ -110,6 +110,10 @@ def test_param_overrides() -> None:
         ("mul", {"digits_a": 10, "digits_b": 9}),
         ("deduce", {"chain": 20, "distractors": 6}),
         ("copy", {"length": 2.5}),
+        ("parity", {"queries": 0}),
+        ("compare", {"queries": -1}),
+        ("deduce", {"queries": 1.5}),
+        ("deduce", {"queries": True}),
     ]
     for task, override in bad_values:
         with pytest.raises(ValueError):
@@ -126,3 +130,22 @@ def test_mod_ops_are_configurable() -> None:
     for op in ("+", "-", "*"):
         dm = make_datamodule("mod", "hard", params={"op": op})
         assert decode(dm.train_batch(0)["input_ids"][0]).split()[1] == op
+
+
+def test_multi_query_tasks() -> None:
+    """compare, parity and deduce ask ``queries`` questions, one answer token each (4 by default)."""
+    for task in ("compare", "parity", "deduce"):
+        for d in DIFFICULTIES:
+            assert TASK_PARAMS[task][d]["queries"] == 4
+            assert datamodule(task, d).answer_len == 4
+        for q in (1, 3):
+            dm = make_datamodule(task, "easy", params={"queries": q})
+            assert dm.answer_len == q
+            text = decode(dm.train_batch(0)["input_ids"][0])
+            question = text.split(" = ")[0]
+            questions = question.split(" | ")[1].split(" , ") if task == "deduce" else question.split(" | ")
+            assert len(questions) == q, text
+    # queries=1 gives the single-question layouts, e.g. "0 1 1 0 1 0 0 1 = 0".
+    assert make_datamodule("parity", "easy", params={"queries": 1}).seq_len == 9
+    assert make_datamodule("compare", "easy", params={"queries": 1}).seq_len == 6
+    assert make_datamodule("deduce", "easy", params={"queries": 1}).seq_len == 12

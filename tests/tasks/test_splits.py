@@ -9,15 +9,17 @@ import torch
 
 from tasks import TaskDataModule, encode, make_datamodule
 from tasks.splits import QuestionHasher, unique_rows_in_order
+from tasks.vocab import BAR_ID
 from tests.tasks.helpers import datamodule
 
 
 def _problem(task: str, question: list[int]) -> tuple:
-    """An example's identity: its question tokens; for deduce, its set of facts plus the query."""
+    """An example's identity: its question tokens; for deduce, its set of facts plus the queries."""
     if task != "deduce":
         return tuple(question)
-    facts = frozenset((question[i], question[i + 2]) for i in range(0, len(question) - 3, 4))
-    return (facts, tuple(question[-3:]))
+    end = question.index(BAR_ID) + 1  # the facts "x > y ," end with "|"
+    facts = frozenset((question[i], question[i + 2]) for i in range(0, end, 4))
+    return (facts, tuple(question[end:]))
 
 
 def _questions(dm: TaskDataModule, seqs: torch.Tensor) -> set[tuple]:
@@ -55,18 +57,27 @@ def test_mod_small_space_is_partitioned_exactly(difficulty: str) -> None:
     val, test = _questions(dm, dm.eval_sequences("val")), _questions(dm, dm.eval_sequences("test"))
     assert val == {tuple(r) for r, s in zip(space.tolist(), splits, strict=True) if s == "val"}
     assert test == {tuple(r) for r, s in zip(space.tolist(), splits, strict=True) if s == "test"}
-    train = set().union(*(_questions(dm, dm.train_sequences(k)) for k in range(60)))
+    train = set().union(*(_questions(dm, dm.train_sequences(k)) for k in range(150)))
     if difficulty == "easy":
-        assert train == every - val - test  # 60 batches of 128 visit all ~95 train questions
+        assert train == every - val - test  # 150 batches of 128 visit all ~770 train questions
     assert not train & (val | test)
 
 
-def test_parity_easy_eval_sets_hold_their_whole_bucket() -> None:
-    dm = make_datamodule("parity", "easy")
-    space = torch.tensor([encode(" ".join(bits)) for bits in itertools.product("01", repeat=8)])
+def test_small_multi_query_space_eval_sets_hold_their_whole_bucket() -> None:
+    """Parity with 2 strings of 4 bits has 256 questions; each eval set holds all of its bucket."""
+    dm = make_datamodule("parity", "easy", params={"bits": 4, "queries": 2})
+    assert (dm.question_len, dm.answer_len) == (9, 2)
+    strings = [" ".join(bits) for bits in itertools.product("01", repeat=4)]
+    space = torch.tensor([encode(f"{x} | {y}") for x in strings for y in strings])
     splits = dm.split_of(space)
+    every = {tuple(r) for r in space.tolist()}
+    held_out = set()
     for name in ("val", "test"):
-        assert len(dm.eval_sequences(name)) == splits.count(name)
+        got = _questions(dm, dm.eval_sequences(name))
+        assert got == {tuple(r) for r, s in zip(space.tolist(), splits, strict=True) if s == name}
+        held_out |= got
+    train = set().union(*(_questions(dm, dm.train_sequences(k)) for k in range(40)))
+    assert train == every - held_out
 
 
 def test_deduce_fact_order_does_not_change_the_split() -> None:
