@@ -17,7 +17,17 @@ from capgeo_callbacks.detection import (
     precursor_verdict,
 )
 from capgeo_callbacks.layers import glob_match, resolve_layers
-from capgeo_callbacks.measures.rankme import effective_rank, rankme
+from capgeo_callbacks.measures import (
+    effective_rank,
+    estimate_llc,
+    gradient_covariance_rank,
+    gradient_effective_rank,
+    hessian_top_eigenvalues,
+    hessian_trace,
+    linear_probe_accuracy,
+    per_example_gradients,
+    rankme,
+)
 
 __all__ = [
     "Alert",
@@ -31,6 +41,13 @@ __all__ = [
     "detect_collapse",
     "detect_logprob_emergence",
     "effective_rank",
+    "estimate_llc",
+    "gradient_covariance_rank",
+    "gradient_effective_rank",
+    "hessian_top_eigenvalues",
+    "hessian_trace",
+    "linear_probe_accuracy",
+    "per_example_gradients",
     "glob_match",
     "layer_order",
     "precursor_verdict",

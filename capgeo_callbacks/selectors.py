@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any
 
 from torch import Tensor
 
-Selector = Union[str, Callable[[Tensor, Any], Tensor]]
+Selector = str | Callable[[Tensor, Any], Tensor]
 SELECTORS = ("answer", "last", "mean", "all")
 
 
