@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--measures", default="rankme")
     parser.add_argument("--no-stop", action="store_true", help="run the whole budget even after acquisition")
     parser.add_argument("--out", default=None, help="append JSON lines of results here")
+    parser.add_argument("--logdir", default=None, help="keep the run folders here (default: discarded)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rows = []
@@ -43,7 +44,8 @@ def main() -> None:
         for task in args.tasks:
             budget = train.DEFAULTS[task][difficulty].max_steps
             steps = max(1, math.ceil(budget * args.fraction))
-            with tempfile.TemporaryDirectory() as logdir:
+            with tempfile.TemporaryDirectory() as scratch:
+                logdir = args.logdir or scratch
                 argv = ["--task", task, "--difficulty", difficulty, "--size", args.size, "--max-steps", str(steps),
                         "--logdir", logdir, "--no-progress", "--measures", args.measures]
                 if not args.no_stop:
@@ -53,6 +55,7 @@ def main() -> None:
                 wall = time.perf_counter() - started
             row = {"task": task, "difficulty": difficulty, "size": args.size, "budget": budget, "ran": steps,
                    "steps_run": summary.get("steps"), "acquisition_step": summary.get("acquisition_step"),
+                   "final_acc": (summary.get("series", {}).get("acc") or [[None, None]])[-1][1],
                    "verdict": summary.get("verdict"), "gap": summary.get("gap"), "wall_s": round(wall, 1),
                    "threads": args.threads}
             rows.append(row)

@@ -4,7 +4,16 @@ Measures are pure functions on tensors; callbacks are Lightning glue around them
 plain (step, value) series, live or offline.
 """
 
-from capgeo_callbacks.callbacks import MeasureCallback, PrecursorDetector, RankMeMonitor
+from capgeo_callbacks.callbacks import (
+    GradientRankMonitor,
+    HessianMonitor,
+    LinearProbeMonitor,
+    LLCMonitor,
+    MeasureCallback,
+    PrecursorDetector,
+    RankMeMonitor,
+    answer_cross_entropy,
+)
 from capgeo_callbacks.detection import (
     Alert,
     Collapse,
@@ -30,6 +39,11 @@ from capgeo_callbacks.measures import (
 )
 
 __all__ = [
+    "GradientRankMonitor",
+    "HessianMonitor",
+    "LLCMonitor",
+    "LinearProbeMonitor",
+    "answer_cross_entropy",
     "Alert",
     "Collapse",
     "MeasureCallback",

@@ -1,0 +1,188 @@
+r"""LLC monitor
+===========
+
+The local learning coefficient (Lau et al., 2023) of the current weights by SGLD (spec §6.5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import lightning.pytorch as pl
+from torch import nn
+from typing_extensions import override
+
+from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientMeasureCallback, slice_batch
+from capgeo_callbacks.measures.gradients import ForwardFn, LossFn, batch_size_of
+from capgeo_callbacks.measures.llc import estimate_llc
+
+
+@contextlib.contextmanager
+def detached_from_trainer(module: nn.Module) -> Iterator[nn.Module]:
+    """``module`` with the Trainer (and Fabric) references of its LightningModules cleared, so that a
+    ``copy.deepcopy`` copies the network only, not the Trainer with its loaders and loggers; restored
+    afterwards."""
+    names = ("_trainer", "_fabric")
+    saved: list[tuple[pl.LightningModule, dict[str, Any]]] = []
+    try:
+        for sub in module.modules():
+            if isinstance(sub, pl.LightningModule):
+                saved.append((sub, {name: sub.__dict__[name] for name in names if name in sub.__dict__}))
+                for name in names:
+                    sub.__dict__[name] = None
+        yield module
+    finally:
+        for sub, attributes in saved:
+            for name in names:
+                sub.__dict__.pop(name, None)
+            sub.__dict__.update(attributes)
+
+
+class LLCMonitor(GradientMeasureCallback):
+    r"""Log the local learning coefficient of the current weights, estimated by SGLD, at evaluations.
+
+    :math:`\hat\lambda = n\beta\,(E_w[L(w)] - L(w^*))` with w drawn by SGLD localized at the current
+    weights :math:`w^*`, :math:`w \leftarrow w - \frac{\epsilon}{2}(n\beta \nabla L_b(w) + \gamma (w - w^*))
+    + N(0, \epsilon)`, by :func:`~capgeo_callbacks.measures.llc.estimate_llc` (devinterp 1.x conventions;
+    chains run together under ``vmap``). The data are a fixed set of ``num_batches`` batches of
+    ``batch_size`` training examples (the first ones seen), cycled by the chains; nβ defaults to
+    b / log b for b = ``batch_size``; the chains' noise generators are seeded with ``seed``.
+
+    Sampling runs on a deep copy of the module (its Trainer reference is detached for the copy), so the
+    trained weights, ``.grad``, optimizer and RNG stream of training are untouched. Measured in
+    ``on_validation_start`` on the weights the validation sees, out of inference mode; see
+    :class:`~capgeo_callbacks.callbacks.gradient_rank_monitor.GradientMeasureCallback` for the fixed
+    batch, DDP and the no-observer-effect guarantees. Diverged chains (non-finite or exploding loss) are
+    left out of ``llc``; divergence and a negative estimate (the weights are not at a local minimum, or
+    ``lr`` is too large) each warn once, naming the first step. The loss trace of the last estimate is
+    kept in :attr:`last_estimate` (and the callback state) for the run summary.
+
+    Each estimate costs ``num_draws`` SGLD steps of ``num_chains`` forward-backward passes on one batch:
+    with the defaults, about 800 training steps' worth of compute, hence the sparse default
+    ``every_n_evals``.
+
+    Args:
+        loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss; default answer-masked cross-entropy, for
+            capgeo's dict batches only.
+        every_n_evals: measure at every n-th validation.
+        num_chains: SGLD chains.
+        num_draws: draws per chain (no burn-in, one step per draw).
+        lr: the SGLD step size ε.
+        localization: γ, the pull back to the current weights.
+        nbeta: nβ; default b / log b for b = ``batch_size``.
+        batch_size: examples per SGLD batch.
+        num_batches: batches in the fixed data set (``num_batches * batch_size`` examples are cached).
+        seed: seed of the chains' noise.
+        forward: ``forward(module, batch) -> output``; default ``module(batch["input_ids"])`` for a dict
+            batch, ``module(batch[0])`` for a tuple.
+
+    Raises:
+        ValueError: on a bad argument, or at the first training batch if ``loss_fn`` is not given and the
+            batch is not a dict with ``input_ids``, ``targets`` and ``answer_mask``.
+
+    Logged keys:
+        ``llc`` (mean over the chains that did not diverge), ``llc_std`` (over chains, with at least two),
+        ``llc_fraction_below_init`` (fraction of draws whose loss is below :math:`L(w^*)`; far above 0.5
+        means the weights are not at a local minimum).
+
+    Example::
+
+        monitor = LLCMonitor(every_n_evals=16, num_draws=200, lr=1e-4, localization=100.0)
+        trainer = Trainer(callbacks=[monitor])
+    """
+
+    def __init__(
+        self,
+        loss_fn: LossFn | None = None,
+        every_n_evals: int = 16,
+        num_chains: int = 4,
+        num_draws: int = 200,
+        lr: float = 1e-4,
+        localization: float = 100.0,
+        nbeta: float | None = None,
+        batch_size: int = 128,
+        num_batches: int = 4,
+        seed: int = 0,
+        *,
+        forward: ForwardFn | None = None,
+    ) -> None:
+        for name, value in (("num_chains", num_chains), ("num_draws", num_draws), ("batch_size", batch_size),
+                            ("num_batches", num_batches)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+            raise ValueError(f"lr (the SGLD step size) must be a positive number, got {lr!r}")
+        if not (isinstance(localization, (int, float)) and math.isfinite(localization) and localization >= 0):
+            raise ValueError(f"localization (gamma) must be a non-negative number, got {localization!r}")
+        if nbeta is not None and not (isinstance(nbeta, (int, float)) and math.isfinite(nbeta) and nbeta > 0):
+            raise ValueError(f"nbeta must be a positive number or None, got {nbeta!r}")
+        super().__init__(loss_fn, forward, batch_size * num_batches, every_n_evals)
+        self.num_chains = num_chains
+        self.num_draws = num_draws
+        self.lr = float(lr)
+        self.localization = float(localization)
+        self.nbeta = None if nbeta is None else float(nbeta)
+        self.batch_size = batch_size
+        self.num_batches = num_batches
+        self.seed = seed
+        self.last_estimate: dict[str, Any] = {}
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(
+            num_chains=self.num_chains, num_draws=self.num_draws, lr=self.lr, localization=self.localization,
+            nbeta=self.nbeta, batch_size=self.batch_size, num_batches=self.num_batches, seed=self.seed,
+        )
+
+    @property
+    def tags(self) -> list[str]:
+        """The logged tags."""
+        return ["llc", "llc_std", "llc_fraction_below_init"]
+
+    def batches(self, batch: Any) -> list[Any]:
+        """The fixed examples cut into batches of ``batch_size`` (the last may be smaller)."""
+        total = batch_size_of(batch)
+        size = self.batch_size
+        return [slice_batch(batch, start, start + size) for start in range(0, total, size)]
+
+    @override
+    def measure(self, pl_module: pl.LightningModule, batch: Any, step: int) -> dict[str, float]:
+        with detached_from_trainer(pl_module):
+            result = self.call_quietly(
+                step, estimate_llc, pl_module, self.loss_fn, self.batches(batch),
+                ignore=("chains diverged", "negative LLC estimate"),
+                num_chains=self.num_chains, num_draws=self.num_draws, lr=self.lr,
+                localization=self.localization, nbeta=self.nbeta, seed=self.seed, device=pl_module.device,
+                forward=self.forward,
+            )
+        diverged = int(result["diverged"].sum())
+        llc, std, below = result["llc_mean"], result["llc_std"], result["fraction_below_init"]
+        if diverged:
+            self.warn_once("diverged", f"LLCMonitor: {diverged} of {self.num_chains} SGLD chains diverged at "
+                           f"step {step} (non-finite or exploding loss) and are left out of llc; lower lr "
+                           f"({self.lr:g}) or raise localization ({self.localization:g})")
+        if math.isfinite(llc) and llc < 0:
+            self.warn_once("negative", f"LLCMonitor: negative LLC estimate ({llc:.4g}) at step {step}: the "
+                           f"weights are probably not at a local minimum (fraction of draws below the "
+                           f"initial loss: {below:.2f}), or lr ({self.lr:g}) is too large")
+        self.last_estimate = {
+            "step": step,
+            "init_loss": result["init_loss"],
+            "nbeta": result["nbeta"],
+            "llc_per_chain": result["llc_per_chain"].tolist(),
+            "loss_trace": result["loss_trace"].tolist(),
+        }
+        values = {"llc": llc, "llc_std": std, "llc_fraction_below_init": below}
+        return {tag: value for tag, value in values.items() if math.isfinite(value)}
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "last_estimate": dict(self.last_estimate)}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.last_estimate = dict(state_dict.get("last_estimate", {}))
