@@ -26,14 +26,21 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 
 import tasks
-from capgeo_callbacks import PrecursorDetector, RankMeMonitor
+from capgeo_callbacks import (
+    GradientRankMonitor,
+    HessianMonitor,
+    LinearProbeMonitor,
+    LLCMonitor,
+    PrecursorDetector,
+    RankMeMonitor,
+)
 from models import SIZES, CapabilityModule
 
 log = logging.getLogger("capgeo.train")
 
 EVALUATION_POINTS = 256  # spec §5: about 256 evaluations per run
 # Measures `--measures` can name; "default" is rankme + probes, "all" adds the costly ones.
-MEASURES = ("rankme",)
+MEASURES = ("rankme", "probes", "grad_rank", "hessian", "llc")
 DEFAULT_MEASURES = ("rankme", "probes")
 PROBE_ROWS = 2048  # RankMe rows per layer (spec §6.1)
 MIN_VAL_EXAMPLES = 256
@@ -128,6 +135,14 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any]) -> l
     callbacks: list[Callback] = []
     if "rankme" in names:
         callbacks.append(RankMeMonitor(layers=WATCHED_LAYERS, selector="answer", num_rows=PROBE_ROWS))
+    if "probes" in names:
+        callbacks.append(LinearProbeMonitor(layers=WATCHED_LAYERS, num_rows=PROBE_ROWS))
+    if "grad_rank" in names:
+        callbacks.append(GradientRankMonitor(every_n_evals=4))
+    if "hessian" in names:
+        callbacks.append(HessianMonitor(every_n_evals=16))
+    if "llc" in names:
+        callbacks.append(LLCMonitor(every_n_evals=32))
     if callbacks:
         callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info))
     return callbacks

@@ -12,6 +12,7 @@ positions in that sequence, not steps.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -29,8 +30,11 @@ __all__ = [
     "detect_acquisition",
     "detect_collapse",
     "detect_logprob_emergence",
+    "TRANSITION_KINDS",
+    "Transition",
     "layer_order",
     "layer_verdict",
+    "measure_transition",
     "precursor_verdict",
     "run_verdict",
 ]
@@ -399,6 +403,76 @@ def run_verdict(layer_results: Mapping[str, LayerResult]) -> Verdict:
             return Verdict(name, gap, layer)  # type: ignore[arg-type]
     acquired = any(r.acquisition_step is not None for r in layer_results.values())
     return Verdict("no-collapse" if acquired else "not-acquired", None)
+
+
+TRANSITION_KINDS = ("collapse", "crossing", "change")
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A measure's own transition and whether it came before acquisition.
+
+    Attributes:
+        kind: how the transition is found (see :func:`measure_transition`).
+        step: the transition step, or None if the series shows none.
+        precedes_acquisition: True if the transition lies more than `window` evaluations before the
+            acquisition evaluation; False if it does not (or there is no transition); None if the run
+            never acquired.
+    """
+
+    kind: str
+    step: int | None
+    precedes_acquisition: bool | None
+
+
+def measure_transition(
+    steps: Sequence[int],
+    values: Sequence[float],
+    acquisition_step: int | None,
+    kind: str = "collapse",
+    *,
+    threshold: float = 0.5,
+    window: int = 3,
+    reference_steps: Sequence[int] | None = None,
+    **collapse_kwargs: Any,
+) -> Transition:
+    """The transition of any measured series, for the per-measure precursor rate (spec §7, issue 4).
+
+    Kinds: ``collapse`` -- the collapse step of :func:`detect_collapse` (dimension-like measures:
+    RankMe, gradient ranks); ``crossing`` -- the first evaluation at or above `threshold` (probe
+    accuracy: the answer becomes linearly readable); ``change`` -- the evaluation after the largest
+    absolute step-to-step change of the 3-point smoothed series (sharpness, LLC).
+
+    Only the series up to `window` evaluations after acquisition is searched, so a late change does
+    not mask an earlier one. Evaluations are counted on `reference_steps` (the accuracy series' steps,
+    since a costly measure may run only every n evaluations), by default on `steps` themselves.
+    """
+    if kind not in TRANSITION_KINDS:
+        raise ValueError(f"unknown transition kind {kind!r}; valid: {', '.join(TRANSITION_KINDS)}")
+    _check_int("window", window, 0)
+    step_list = _check_steps(steps)
+    series = _as_floats("values", values, len(step_list))
+    # evaluations of this series before acquisition (it may be measured every n evaluations only)
+    acq_index = len(step_list) if acquisition_step is None else bisect.bisect_left(step_list, acquisition_step)
+    step_list, series = step_list[: acq_index + window + 1], series[: acq_index + window + 1]
+    found: int | None = None
+    if kind == "collapse":
+        collapse = detect_collapse(step_list, series, **collapse_kwargs) if len(step_list) >= 2 else None
+        found = None if collapse is None else collapse.step
+    elif kind == "crossing":
+        found = next((st for st, v in zip(step_list, series, strict=True) if v >= threshold), None)
+    elif len(step_list) >= 2:
+        smoothed = _moving_average(np.asarray(series, dtype=float), 3)
+        jumps = np.abs(np.diff(smoothed))
+        if np.isfinite(jumps).any() and np.nanmax(jumps) > 0:
+            found = step_list[int(np.nanargmax(jumps)) + 1]
+    if acquisition_step is None:
+        return Transition(kind, found, None)
+    if found is None:
+        return Transition(kind, None, False)
+    reference = _check_steps(reference_steps) if reference_steps is not None else step_list
+    apart = bisect.bisect_left(reference, acquisition_step) - bisect.bisect_left(reference, found)
+    return Transition(kind, found, apart > window)
 
 
 def layer_order(collapse_steps: Mapping[str, int | None], depths: Mapping[str, int]) -> float | None:

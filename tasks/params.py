@@ -27,9 +27,9 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "hard": {"length": 32, "alphabet": 10},
     },
     "compare": {
-        "easy": {"digits": 2, "queries": 4},
-        "medium": {"digits": 5, "queries": 4},
-        "hard": {"digits": 10, "queries": 4},
+        "easy": {"digits": 2, "queries": 2},
+        "medium": {"digits": 5, "queries": 2},
+        "hard": {"digits": 10, "queries": 2},
     },
     "parity": {
         "easy": {"bits": 8, "queries": 4},

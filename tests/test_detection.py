@@ -15,12 +15,14 @@ from capgeo_callbacks.detection import (
     Collapse,
     LayerResult,
     PrecursorTracker,
+    Transition,
     Verdict,
     detect_acquisition,
     detect_collapse,
     detect_logprob_emergence,
     layer_order,
     layer_verdict,
+    measure_transition,
     precursor_verdict,
     run_verdict,
 )
@@ -342,3 +344,34 @@ def test_bad_series_raise() -> None:
         detect_acquisition([0, 1.5], [0.1, 0.2])
     with pytest.raises(TypeError, match="unknown collapse settings"):
         layer_verdict(STEPS, PRECURSOR_RANKME, PRECURSOR_ACC, until_step=5)
+
+
+class TestMeasureTransition:
+    steps = list(range(10, 210, 10))  # 20 evaluations
+
+    def test_collapse_kind_before_acquisition_is_a_precursor(self) -> None:
+        values = [10, 12, 14, 12, 6, 3, 4, 8, 10, 12, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13]
+        t = measure_transition(self.steps, values, acquisition_step=150, kind="collapse", smoothing=1)
+        assert t == Transition("collapse", 60, True)
+
+    def test_crossing_kind(self) -> None:
+        probe = [0.1] * 5 + [0.6] * 15  # readable from step 60
+        assert measure_transition(self.steps, probe, 150, kind="crossing") == Transition("crossing", 60, True)
+        # crossing within `window` evaluations of acquisition does not count as before it
+        assert measure_transition(self.steps, probe, 80, kind="crossing").precedes_acquisition is False
+
+    def test_change_kind_finds_the_largest_jump(self) -> None:
+        sharp = [1.0] * 8 + [9.0] * 12  # jump between steps 80 and 90
+        t = measure_transition(self.steps, sharp, 180, kind="change")
+        assert t.kind == "change" and t.step in (80, 90, 100) and t.precedes_acquisition is True
+
+    def test_not_acquired_and_sparse_series(self) -> None:
+        assert measure_transition(self.steps, [1.0] * 20, None, kind="change").precedes_acquisition is None
+        sparse = self.steps[::4]  # measured every 4th evaluation; acquisition at a step it skipped
+        probe = [0.0, 0.9, 0.9, 0.9, 0.9]
+        t = measure_transition(sparse, probe, acquisition_step=150, kind="crossing", reference_steps=self.steps)
+        assert t == Transition("crossing", 50, True)  # 10 evaluations of the accuracy series before
+        # counted on its own (sparse) evaluations, 50 is 3 evaluations before 150's slot: not before
+        assert measure_transition(sparse, probe, 150, kind="crossing").precedes_acquisition is False
+        with pytest.raises(ValueError, match="valid: collapse, crossing, change"):
+            measure_transition(self.steps, [1.0] * 20, None, kind="peak")

@@ -21,9 +21,35 @@ from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import MeasureCallback
 from capgeo_callbacks.dashboard import custom_scalars_layout, rankme_heatmap, tensorboard_writers
-from capgeo_callbacks.detection import Alert, PrecursorTracker, detect_logprob_emergence, layer_order
+from capgeo_callbacks.detection import (
+    Alert,
+    PrecursorTracker,
+    detect_logprob_emergence,
+    layer_order,
+    measure_transition,
+)
 
 log = logging.getLogger("capgeo")
+
+# How each measure's own transition is found (spec §7; the study's "precursor rate" per measure).
+# A key ending in "/" is a tag prefix.
+MEASURE_TRANSITIONS: dict[str, str] = {
+    "rankme/": "collapse",
+    "grad_erank": "collapse",
+    "grad_cov_rank": "collapse",
+    "hessian/eig_0": "change",
+    "hessian/trace": "change",
+    "llc": "change",
+    "probe_acc/": "crossing",
+}
+
+
+def transition_kind(tag: str, kinds: Mapping[str, str]) -> str | None:
+    """The transition kind of ``tag``: an exact key of ``kinds``, else the longest matching prefix key."""
+    if tag in kinds:
+        return kinds[tag]
+    prefixes = [key for key in kinds if key.endswith("/") and tag.startswith(key)]
+    return kinds[max(prefixes, key=len)] if prefixes else None
 
 
 class PrecursorDetector(Callback):
@@ -55,6 +81,9 @@ class PrecursorDetector(Callback):
         run_info: extra fields for the summary (task, difficulty, model size, ...).
         summary_filename: name of the summary file in the log folder.
         heatmap_every_n_evals: also refresh the heatmap image every n evaluations (0: only at the end).
+        measure_transitions: how each measure's transition is found for the per-measure precursor
+            report (tag or tag prefix -> ``collapse``, ``crossing`` or ``change``); default
+            :data:`MEASURE_TRANSITIONS`.
 
     Logged keys:
         text ``capgeo/alerts`` and ``capgeo/verdict``;
@@ -84,6 +113,7 @@ class PrecursorDetector(Callback):
         run_info: Mapping[str, Any] | None = None,
         summary_filename: str = "capgeo_summary.json",
         heatmap_every_n_evals: int = 32,
+        measure_transitions: Mapping[str, str] | None = None,
     ) -> None:
         self.tracker = PrecursorTracker(
             threshold=threshold, patience=patience, window=window, min_drop=min_drop,
@@ -99,6 +129,7 @@ class PrecursorDetector(Callback):
         self.run_info = dict(run_info or {})
         self.summary_filename = summary_filename
         self.heatmap_every_n_evals = heatmap_every_n_evals
+        self.measure_transitions = dict(MEASURE_TRANSITIONS if measure_transitions is None else measure_transitions)
         self.logprob_series: list[list[float]] = []
         self.measure_series: dict[str, list[list[float]]] = {}
         self.alerts: list[dict[str, Any]] = []
@@ -200,6 +231,7 @@ class PrecursorDetector(Callback):
                 steps, [p[1] for p in self.logprob_series], [acc_at.get(s, math.nan) for s in steps],
                 threshold=self.logprob_threshold,
             )
+        measures = self._measure_transitions(tracked)
         rows = {}
         for callback in self._measure_callbacks(trainer):
             rows.update(getattr(callback, "rows_used", {}))
@@ -213,6 +245,7 @@ class PrecursorDetector(Callback):
             "logprob_emergence_step": None if emergence is None else emergence.step,
             "acc_at_logprob_emergence": None if emergence is None else emergence.acc_at_step,
             "layer_order_rho": rho,
+            "measures": measures,
             "alerts": self.alerts,
             "series": {
                 **tracked.get("series", {}),
@@ -222,6 +255,27 @@ class PrecursorDetector(Callback):
         }
         self.summary = summary
         return summary
+
+    def _measure_transitions(self, tracked: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """For each measured series: its transition step and whether it came before acquisition."""
+        series = {**tracked.get("series", {}), **self.measure_series}
+        acquisition = tracked.get("acquisition_step")
+        settings = tracked.get("settings", {})
+        collapse_kwargs = {k: settings[k] for k in ("min_drop", "recovery_fraction", "recovery_evals", "smoothing")
+                           if k in settings}
+        result: dict[str, dict[str, Any]] = {}
+        for tag, points in series.items():
+            kind = transition_kind(tag, self.measure_transitions)
+            if kind is None or len(points) < 2:
+                continue
+            transition = measure_transition(
+                [int(p[0]) for p in points], [p[1] for p in points], acquisition, kind,
+                threshold=self.tracker.settings.get("threshold", 0.5), window=int(settings.get("window", 3)),
+                reference_steps=self.tracker.steps, **(collapse_kwargs if kind == "collapse" else {}),
+            )
+            result[tag] = {"kind": transition.kind, "transition_step": transition.step,
+                           "precedes_acquisition": transition.precedes_acquisition}
+        return result
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

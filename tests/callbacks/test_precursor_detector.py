@@ -30,7 +30,9 @@ class ScriptedMeasure(MeasureCallback):
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        self.record(pl_module, trainer.global_step, {"rankme/last": float(RANKME[self.evaluations])})
+        probe = 0.1 if self.evaluations < 6 else 0.8  # the answer becomes linearly readable at step 70
+        self.record(pl_module, trainer.global_step,
+                    {"rankme/last": float(RANKME[self.evaluations]), "probe_acc/last": probe})
         self.evaluations += 1
 
 
@@ -82,6 +84,10 @@ def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
     assert summary["logprob_emergence_step"] == 110  # eval 10: -3 + 0.25 * 10 = -0.5 >= log(0.5)
     assert summary["acc_at_logprob_emergence"] == 0.0
     assert len(summary["series"]["rankme/last"]) == len(RANKME)
+    assert summary["measures"]["rankme/last"] == {"kind": "collapse", "transition_step": 60,
+                                                  "precedes_acquisition": True}
+    assert summary["measures"]["probe_acc/last"] == {"kind": "crossing", "transition_step": 70,
+                                                     "precedes_acquisition": True}
     for key in ("parameters", "steps", "layer_order_rho", "rankme_rows", "alerts"):
         assert key in summary
 

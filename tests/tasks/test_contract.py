@@ -133,11 +133,11 @@ def test_mod_ops_are_configurable() -> None:
 
 
 def test_multi_query_tasks() -> None:
-    """compare, parity and deduce ask ``queries`` questions, one answer token each (4 by default)."""
+    """compare, parity and deduce ask ``queries`` questions, one answer token each (2 to 4 by default)."""
     for task in ("compare", "parity", "deduce"):
         for d in DIFFICULTIES:
-            assert TASK_PARAMS[task][d]["queries"] == 4
-            assert datamodule(task, d).answer_len == 4
+            assert TASK_PARAMS[task][d]["queries"] >= 2  # chance of a whole answer at most 1/4
+            assert datamodule(task, d).answer_len == TASK_PARAMS[task][d]["queries"]
         for q in (1, 3):
             dm = make_datamodule(task, "easy", params={"queries": q})
             assert dm.answer_len == q
