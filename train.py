@@ -65,6 +65,7 @@ DEFAULTS: dict[str, dict[str, TrainingDefaults]] = {
     task: {"easy": _EASY, "medium": _MEDIUM, "hard": _HARD} for task in tasks.TASKS
 }
 DEFAULTS["mod"]["hard"] = TrainingDefaults(max_steps=15000, batch_size=64, lr=1e-3)
+DEFAULTS["sort"]["hard"] = TrainingDefaults(max_steps=6000, batch_size=64, lr=1e-3)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -32,9 +32,9 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "hard": {"digits": 10, "queries": 2},
     },
     "parity": {
-        "easy": {"bits": 8, "queries": 4},
-        "medium": {"bits": 16, "queries": 4},
-        "hard": {"bits": 32, "queries": 4},
+        "easy": {"bits": 4, "queries": 3},
+        "medium": {"bits": 8, "queries": 3},
+        "hard": {"bits": 16, "queries": 3},
     },
     "add": {
         "easy": {"digits": 2},
