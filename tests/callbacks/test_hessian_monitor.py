@@ -11,7 +11,7 @@ from capgeo_callbacks.callbacks.gradient_rank_monitor import answer_cross_entrop
 from capgeo_callbacks.callbacks.hessian_monitor import HessianMonitor
 from capgeo_callbacks.measures.hessian import hessian_top_eigenvalues, hutchinson_trace
 from tests.callbacks.conftest import read_events
-from tests.callbacks.test_gradient_rank_monitor import (
+from tests.callbacks.helpers import (
     TinyAnswerLM,
     ValuesAtValidationEnd,
     assert_identical_training,

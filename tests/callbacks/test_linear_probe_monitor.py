@@ -10,7 +10,7 @@ from torch import Tensor
 from capgeo_callbacks.callbacks.linear_probe_monitor import LinearProbeMonitor
 from capgeo_callbacks.measures.probes import linear_probe_accuracy
 from tests.callbacks.conftest import loaders, read_events
-from tests.callbacks.test_gradient_rank_monitor import (
+from tests.callbacks.helpers import (
     TinyAnswerLM,
     ValuesAtValidationEnd,
     answer_loaders,

@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from capgeo_callbacks.callbacks.llc_monitor import LLCMonitor, detached_from_trainer
 from capgeo_callbacks.measures.llc import estimate_llc
 from tests.callbacks.conftest import read_events
-from tests.callbacks.test_gradient_rank_monitor import (
+from tests.callbacks.helpers import (
     TinyAnswerLM,
     ValuesAtValidationEnd,
     assert_identical_training,
