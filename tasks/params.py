@@ -32,9 +32,9 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "hard": {"digits": 10, "queries": 2},
     },
     "parity": {
-        "easy": {"bits": 4, "queries": 3},
-        "medium": {"bits": 8, "queries": 3},
-        "hard": {"bits": 16, "queries": 3},
+        "easy": {"bits": 3, "queries": 2},
+        "medium": {"bits": 6, "queries": 2},
+        "hard": {"bits": 12, "queries": 2},
     },
     "add": {
         "easy": {"digits": 2},
