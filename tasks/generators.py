@@ -254,14 +254,17 @@ def _deduce(params: dict[str, Any]) -> TaskSpec:
 
     The main chain has ``chain`` distinct letters e_1 > e_2 > ... > e_C (C-1 facts); the distractor
     chain, on other letters, gives ``distractors`` more facts. Each of the ``queries`` queries names
-    two distinct letters of the main chain in random order, so its answer (``>`` or ``<``) follows by
-    transitivity. The unordered pairs are distinct while the chain has enough of them (they are
-    drawn without replacement, in rounds through all pairs when there are fewer pairs than queries)
-    and every order is a fair coin, so the answers are independent and each is 50/50.
+    two distinct letters e_i, e_j of the main chain at distance 1 <= |i - j| <= ``hops`` in random
+    order, so its answer (``>`` or ``<``) follows by |i - j| - 1 transitive steps (``hops=1`` asks
+    only stated facts, possibly reversed). The pair is uniform over all such unordered pairs; pairs
+    are distinct while there are enough of them (they are drawn without replacement, in rounds
+    through all pairs when there are fewer pairs than queries) and every order is a fair coin, so the
+    answers are independent and each is 50/50.
     """
     chain = _int_param("deduce", params, "chain", 2, len(LETTERS))
     distractors = _int_param("deduce", params, "distractors", 0, len(LETTERS))
     queries = _queries("deduce", params)
+    hops = _int_param("deduce", params, "hops", 1, chain - 1)
     n_entities = chain + (distractors + 1 if distractors else 0)
     if n_entities > len(LETTERS):
         raise ValueError(
@@ -272,6 +275,8 @@ def _deduce(params: dict[str, Any]) -> TaskSpec:
     sep = torch.full((n_facts,), COMMA_ID, dtype=torch.long)
     sep[-1] = BAR_ID
     hi_pos, lo_pos = torch.triu_indices(chain, chain, offset=1)  # all chain position pairs i < j
+    near = lo_pos - hi_pos <= hops  # ... at distance at most hops
+    hi_pos, lo_pos = hi_pos[near], lo_pos[near]
     n_pairs = hi_pos.shape[0]
     rounds = -(-queries // n_pairs)
 

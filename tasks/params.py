@@ -57,9 +57,9 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "hard": {"digits_a": 3, "digits_b": 3},
     },
     "deduce": {
-        "easy": {"chain": 3, "distractors": 0, "queries": 4},
-        "medium": {"chain": 5, "distractors": 2, "queries": 4},
-        "hard": {"chain": 8, "distractors": 6, "queries": 4},
+        "easy": {"chain": 3, "distractors": 0, "queries": 2, "hops": 1},
+        "medium": {"chain": 5, "distractors": 2, "queries": 2, "hops": 2},
+        "hard": {"chain": 8, "distractors": 6, "queries": 2, "hops": 7},
     },
 }
 
@@ -88,6 +88,8 @@ PARAM_DOCS: dict[str, dict[str, str]] = {
         "chain": "entities on the queried chain (chain-1 facts)",
         "distractors": "facts of a second, unrelated chain",
         "queries": _QUERIES_DOC.format(what="queries on the main chain, separated by `,`"),
+        "hops": "largest chain distance of a queried pair, 1..chain-1 (1: a stated fact, maybe reversed; "
+        "d: d-1 transitive steps); each query is uniform over the pairs within that distance",
     },
 }
 
