@@ -44,6 +44,17 @@ def _reaches(edges: dict[str, set[str]], src: str, dst: str) -> bool:
     return False
 
 
+def _distance(undirected: dict[str, set[str]], src: str, dst: str) -> int:
+    """The number of facts on a shortest path between ``src`` and ``dst``, ignoring direction (BFS)."""
+    frontier, seen, steps = {src}, {src}, 0
+    while dst not in frontier:
+        assert frontier, (src, dst)
+        frontier = {nxt for node in frontier for nxt in undirected[node]} - seen
+        seen |= frontier
+        steps += 1
+    return steps
+
+
 def _components(undirected: dict[str, set[str]]) -> list[set[str]]:
     """Connected components of an undirected graph."""
     comps, seen = [], set()
@@ -65,7 +76,7 @@ def _deduce(q: list[str], params: dict[str, Any]) -> list[str]:
     """Parse ``x > y , ... | a ? b , c ? d ...`` and answer each query by transitivity.
 
     Also checks the fact structure: a main chain holding every queried letter and at most one
-    distractor chain.
+    distractor chain, and that each queried pair is at most ``hops`` facts apart.
     """
     facts_text, queries_text = " ".join(q).split(" | ")
     facts = [f.split() for f in facts_text.split(" , ")]
@@ -90,6 +101,7 @@ def _deduce(q: list[str], params: dict[str, Any]) -> list[str]:
         assert op == "?" and a != b and a in main and b in main
         forward, backward = _reaches(edges, a, b), _reaches(edges, b, a)
         assert forward != backward, "the query must be decided by the facts"
+        assert 1 <= _distance(undirected, a, b) <= params["hops"], (a, b, params["hops"])
         answers.append(">" if forward else "<")
     return answers
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks import VOCAB, decode, make_datamodule
+from tasks import VOCAB, TaskDataModule, decode, make_datamodule
 from tests.tasks._reference import reference_answer
 from tests.tasks.helpers import LEVELS, datamodule, full_sequences
 
@@ -96,27 +96,77 @@ def _deduce_queries(text: str) -> tuple[dict[str, str], list[tuple[str, str, str
     return nxt, [(a, b, r) for (a, b), r in zip(pairs, answer.split(), strict=True)]
 
 
-def test_deduce_query_gaps_vary() -> None:
-    """Queries span adjacent and distant chain positions (not only the ends)."""
-    dm = make_datamodule("deduce", "hard", batch_size=500)
-    gaps: Counter = Counter()
+def _chain_distance(nxt: dict[str, str], a: str, b: str) -> int:
+    """Steps from a to b (or from b to a) following each letter's successor fact."""
+    for start, end in ((a, b), (b, a)):
+        steps, cur = 0, start
+        while cur != end and cur in nxt:
+            cur, steps = nxt[cur], steps + 1
+        if cur == end:
+            return steps
+    raise AssertionError(f"{a} and {b} are not on one chain")
+
+
+def _deduce_distances(dm: TaskDataModule) -> Counter:
+    """How often each chain distance between the two queried letters occurs in one training batch."""
+    distances: Counter = Counter()
     for row in full_sequences(dm.train_batch(0)):
         nxt, queries = _deduce_queries(decode(row))
         for a, b, r in queries:
+            d = _chain_distance(nxt, a, b)
             hi, lo = (a, b) if r == ">" else (b, a)
-            steps, cur = 0, hi
-            while cur != lo:
-                cur, steps = nxt[cur], steps + 1
-            gaps[steps] += 1
-    assert set(gaps) == set(range(1, 8))
+            assert _chain_distance(nxt, hi, lo) == d and hi != lo  # the answer agrees with the chain
+            distances[d] += 1
+    return distances
 
 
-@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
-def test_deduce_queries_ask_distinct_pairs(difficulty: str) -> None:
-    """An example's queries ask different pairs while the chain has enough of them, else all pairs."""
-    dm = make_datamodule("deduce", difficulty, batch_size=300)
-    chain, q = dm.params["chain"], dm.params["queries"]
-    n_pairs = chain * (chain - 1) // 2
+DEDUCE_HOPS_CASES = [
+    ("easy", {}),
+    ("medium", {}),
+    ("hard", {}),
+    ("medium", {"hops": 1}),
+    ("medium", {"hops": 4}),
+    ("hard", {"hops": 3}),
+    ("hard", {"hops": 1, "queries": 9}),  # more queries than the 7 pairs at distance 1
+]
+
+
+@pytest.mark.parametrize(("difficulty", "override"), DEDUCE_HOPS_CASES)
+def test_deduce_query_distance_is_at_most_hops(difficulty: str, override: dict) -> None:
+    """Every queried pair is 1..hops facts apart, and distance 1 and distance hops both occur."""
+    dm = make_datamodule("deduce", difficulty, params=override, batch_size=500)
+    hops = dm.params["hops"]
+    distances = _deduce_distances(dm)
+    assert max(distances) <= hops and min(distances) >= 1, distances
+    assert distances[1] > 0 and distances[hops] > 0, distances
+    assert set(distances) == set(range(1, hops + 1)), distances
+
+
+def test_deduce_pairs_are_uniform_within_hops() -> None:
+    """A query's pair is uniform over the pairs at distance <= hops: distance d has chain-d of them."""
+    dm = make_datamodule("deduce", "hard", params={"hops": 3}, batch_size=4000)
+    chain, hops = dm.params["chain"], dm.params["hops"]
+    distances = _deduce_distances(dm)
+    total, n_pairs = sum(distances.values()), sum(chain - d for d in range(1, hops + 1))
+    for d in range(1, hops + 1):
+        assert abs(distances[d] / total - (chain - d) / n_pairs) < 0.02, distances
+
+
+def test_deduce_hops_is_validated() -> None:
+    for hops in (0, 3, 1.5, True):
+        with pytest.raises(ValueError, match=r"hops=.* must be an integer in \[1, 2\]"):
+            make_datamodule("deduce", "easy", params={"hops": hops})
+    with pytest.raises(ValueError, match=r"hops=7 must be an integer in \[1, 4\]"):
+        make_datamodule("deduce", "hard", params={"chain": 5})
+    assert make_datamodule("deduce", "easy", params={"hops": 2}).params["hops"] == 2
+
+
+@pytest.mark.parametrize(("difficulty", "override"), DEDUCE_HOPS_CASES)
+def test_deduce_queries_ask_distinct_pairs(difficulty: str, override: dict) -> None:
+    """An example's queries ask different pairs while there are enough within hops, else all of them."""
+    dm = make_datamodule("deduce", difficulty, params=override, batch_size=300)
+    chain, q, hops = dm.params["chain"], dm.params["queries"], dm.params["hops"]
+    n_pairs = sum(chain - d for d in range(1, hops + 1))
     for row in full_sequences(dm.train_batch(0)):
         _, queries = _deduce_queries(decode(row))
         distinct = {frozenset((a, b)) for a, b, _ in queries}

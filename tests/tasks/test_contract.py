@@ -114,6 +114,8 @@ def test_param_overrides() -> None:
         ("compare", {"queries": -1}),
         ("deduce", {"queries": 1.5}),
         ("deduce", {"queries": True}),
+        ("deduce", {"hops": 0}),
+        ("deduce", {"hops": 3}),  # easy has chain=3, so at most 2 hops
     ]
     for task, override in bad_values:
         with pytest.raises(ValueError):
@@ -133,7 +135,7 @@ def test_mod_ops_are_configurable() -> None:
 
 
 def test_multi_query_tasks() -> None:
-    """compare, parity and deduce ask ``queries`` questions, one answer token each (2 to 4 by default)."""
+    """compare, parity and deduce ask ``queries`` questions, one answer token each (2 by default)."""
     for task in ("compare", "parity", "deduce"):
         for d in DIFFICULTIES:
             assert TASK_PARAMS[task][d]["queries"] >= 2  # chance of a whole answer at most 1/4
