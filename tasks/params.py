@@ -39,7 +39,7 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "add": {
         "easy": {"digits": 2},
         "medium": {"digits": 4},
-        "hard": {"digits": 8},
+        "hard": {"digits": 16},
     },
     "mod": {
         "easy": {"op": "+", "p": 31},
