@@ -11,6 +11,13 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 
+def append_point(points: list[list[float]], step: int, value: float) -> None:
+    """Append (step, value), first dropping points at or after ``step`` (a resumed run re-validating)."""
+    if points and points[-1][0] >= step:
+        points[:] = [p for p in points if p[0] < step]
+    points.append([step, value])
+
+
 class MeasureCallback(Callback):
     """Base of the measure callbacks.
 
@@ -40,10 +47,7 @@ class MeasureCallback(Callback):
             if not math.isfinite(value):
                 self.warn_once(tag, f"{tag}: non-finite value {value} at step {step}; skipped")
                 continue
-            points = self.series.setdefault(tag, [])
-            if points and points[-1][0] >= step:  # a resumed run re-validating a logged step
-                points[:] = [p for p in points if p[0] < step]
-            points.append([step, float(value)])
+            append_point(self.series.setdefault(tag, []), step, float(value))
             # identical on every rank (rows are gathered first); syncing is exact and keeps Lightning quiet
             pl_module.log(tag, float(value), on_step=False, on_epoch=True, sync_dist=True)
 

@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import MeasureCallback
+from capgeo_callbacks.callbacks.base import MeasureCallback, append_point
 from capgeo_callbacks.dashboard import custom_scalars_layout, rankme_heatmap, tensorboard_writers
 from capgeo_callbacks.detection import (
     Alert,
@@ -173,25 +173,19 @@ class PrecursorDetector(Callback):
         step = trainer.global_step
         acc = float(metrics[self.monitor])
         if self.logprob_monitor and self.logprob_monitor in metrics:
-            self._append(self.logprob_series, step, float(metrics[self.logprob_monitor]))
+            append_point(self.logprob_series, step, float(metrics[self.logprob_monitor]))
         rankme: dict[str, float] = {}
         for callback in self._measure_callbacks(trainer):
             for tag, value in callback.values_at(step).items():
                 if tag.startswith(self.rankme_prefix):
                     rankme[tag[len(self.rankme_prefix):]] = value
                 else:
-                    self._append(self.measure_series.setdefault(tag, []), step, value)
+                    append_point(self.measure_series.setdefault(tag, []), step, value)
         for alert in self.tracker.update(step, acc, rankme):
             self._raise(trainer, alert)
         evaluations = len(self.tracker.steps)
         if self.heatmap_every_n_evals and evaluations % self.heatmap_every_n_evals == 0:
             self._write_heatmap(trainer, step)
-
-    @staticmethod
-    def _append(points: list[list[float]], step: int, value: float) -> None:
-        if points and points[-1][0] >= step:
-            points[:] = [p for p in points if p[0] < step]
-        points.append([step, value])
 
     def _raise(self, trainer: pl.Trainer, alert: Alert) -> None:
         where = "the run" if alert.kind == "run" else f"layer {alert.layer}"

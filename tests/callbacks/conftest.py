@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
@@ -55,3 +56,10 @@ def read_events(logdir: str | Path) -> EventAccumulator:
     accumulator = EventAccumulator(str(files[0].parent), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
     accumulator.Reload()
     return accumulator
+
+
+def reference_rankme(z: np.ndarray, eps: float = 1e-7) -> float:
+    """RankMe from numpy's float64 SVD, independent of capgeo's implementation."""
+    s = np.linalg.svd(z.astype(np.float64), compute_uv=False)
+    p = s / s.sum() + eps
+    return float(np.exp(-(p * np.log(p)).sum()))

@@ -9,7 +9,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -17,7 +16,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from capgeo_callbacks import PrecursorDetector, RankMeMonitor  # noqa: E402
-from tests.callbacks.conftest import ForeignEncoder, loaders  # noqa: E402
+from tests.callbacks.conftest import ForeignEncoder, loaders, reference_rankme  # noqa: E402
 
 
 def main(out: Path) -> None:
@@ -43,10 +42,7 @@ def main(out: Path) -> None:
         for x, _ in val:
             model(x)
     handle.remove()
-    z = torch.cat(rows).double().numpy()
-    s = np.linalg.svd(z, compute_uv=False)
-    p = s / s.sum() + 1e-7
-    reference = float(np.exp(-(p * np.log(p)).sum()))
+    reference = reference_rankme(torch.cat(rows).numpy())
     (out / "result.json").write_text(json.dumps({
         "series": monitor.series, "rows_used": monitor.rows_used, "reference_last_layer": reference,
         "world_size": trainer.world_size,

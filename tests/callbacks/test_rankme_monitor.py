@@ -1,19 +1,12 @@
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from capgeo_callbacks import PrecursorDetector, RankMeMonitor
-from tests.callbacks.conftest import ForeignEncoder, loaders, read_events
-
-
-def reference_rankme(z: np.ndarray, eps: float = 1e-7) -> float:
-    s = np.linalg.svd(z.astype(np.float64), compute_uv=False)
-    p = s / s.sum() + eps
-    return float(np.exp(-(p * np.log(p)).sum()))
+from tests.callbacks.conftest import ForeignEncoder, loaders, read_events, reference_rankme
 
 
 def fit(tmp_path, callbacks, steps: int = 24, seed: int = 0) -> tuple[ForeignEncoder, Trainer]:
