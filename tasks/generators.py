@@ -28,6 +28,7 @@ from tasks.vocab import (
     MINUS_ID,
     MOD_ID,
     NUM_VALUES,
+    PAD_ID,
     PLUS_ID,
     QUERY_ID,
     TIMES_ID,
@@ -97,16 +98,27 @@ def _int_param(task: str, params: dict[str, Any], name: str, lo: int, hi: int) -
 
 
 def _copy_like(task: str, params: dict[str, Any], reverse: bool) -> TaskSpec:
-    """``x_1 .. x_L = x_1 .. x_L`` (copy) or ``= x_L .. x_1`` (reverse)."""
+    """``x_1 .. x_L = x_1 .. x_L`` (copy) or ``= x_L .. x_1`` (reverse).
+
+    With ``blanks > 0`` the list is spread over ``length + blanks`` slots, the other slots holding
+    blank (pad) tokens at random places, and the answer is the list alone (selective copying). The
+    source of answer token j is then no fixed distance back, so the model must count the list tokens
+    before it, instead of using the fixed relative offset that rotary positions make trivial.
+    """
     length = _int_param(task, params, "length", 1, 1024)
     alphabet = _int_param(task, params, "alphabet", 2, NUM_VALUES)
+    blanks = _int_param(task, params, "blanks", 0, 1024) if "blanks" in params else 0
+    slots = length + blanks
 
     def sample(n: int, g: torch.Generator) -> Tensor:
         x = values_to_ids(torch.randint(0, alphabet, (n, length), generator=g))
         y = x.flip(1) if reverse else x
+        if blanks:
+            places = _random_perm(n, slots, g)[:, :length].sort(dim=1).values  # list slots, in order
+            x = torch.full((n, slots), PAD_ID, dtype=torch.long).scatter(1, places, x)
         return torch.cat([x, _col(n, EQ_ID), y], dim=1)
 
-    return TaskSpec(task, params, length, length, sample)
+    return TaskSpec(task, params, slots, length, sample)
 
 
 def _queries(task: str, params: dict[str, Any]) -> int:

@@ -17,14 +17,14 @@ DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
 
 TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "copy": {
-        "easy": {"length": 6, "alphabet": 10},
-        "medium": {"length": 16, "alphabet": 10},
-        "hard": {"length": 32, "alphabet": 32},
+        "easy": {"length": 6, "alphabet": 10, "blanks": 0},
+        "medium": {"length": 16, "alphabet": 10, "blanks": 0},
+        "hard": {"length": 24, "alphabet": 32, "blanks": 16},
     },
     "reverse": {
-        "easy": {"length": 6, "alphabet": 10},
-        "medium": {"length": 16, "alphabet": 10},
-        "hard": {"length": 32, "alphabet": 10},
+        "easy": {"length": 6, "alphabet": 10, "blanks": 0},
+        "medium": {"length": 16, "alphabet": 10, "blanks": 0},
+        "hard": {"length": 32, "alphabet": 10, "blanks": 0},
     },
     "compare": {
         "easy": {"digits": 2, "queries": 2},
@@ -57,7 +57,7 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "hard": {"digits_a": 3, "digits_b": 3},
     },
     "deduce": {
-        "easy": {"chain": 3, "distractors": 0, "queries": 2, "hops": 1},
+        "easy": {"chain": 2, "distractors": 0, "queries": 2, "hops": 1},
         "medium": {"chain": 5, "distractors": 2, "queries": 2, "hops": 2},
         "hard": {"chain": 8, "distractors": 6, "queries": 2, "hops": 7},
     },
@@ -68,10 +68,12 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
 # right with probability (1/2)**queries or (1/3)**queries, far below the 0.5 acquisition threshold.
 _QUERIES_DOC = "independent {what}; the answer is one token per question"
 
+_BLANKS_DOC = "pad tokens scattered at random among the list in the question (selective copying)"
+
 # What each parameter means, for the README table and for error messages.
 PARAM_DOCS: dict[str, dict[str, str]] = {
-    "copy": {"length": "list length", "alphabet": "values 0..alphabet-1"},
-    "reverse": {"length": "list length", "alphabet": "values 0..alphabet-1"},
+    "copy": {"length": "list length", "alphabet": "values 0..alphabet-1", "blanks": _BLANKS_DOC},
+    "reverse": {"length": "list length", "alphabet": "values 0..alphabet-1", "blanks": _BLANKS_DOC},
     "compare": {
         "digits": "digits per number (leading zeros allowed)",
         "queries": _QUERIES_DOC.format(what="number pairs, separated by `|`"),

@@ -117,7 +117,7 @@ def reference_answer(task: str, params: dict[str, Any], question: str) -> list[s
     """The answer tokens of ``question`` (the decoded text before ``=``) at level ``params``."""
     q = question.split()
     if task in ("copy", "reverse", "sort"):
-        assert len(q) == params["length"]
+        assert len(q) == params["length"]  # decode() drops the blanks (pad tokens)
         vals = _values(q, params["alphabet"])
         out = {"copy": vals, "reverse": vals[::-1], "sort": sorted(vals)}[task]
         return [str(v) for v in out]

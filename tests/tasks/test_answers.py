@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks import VOCAB, TaskDataModule, decode, make_datamodule
+from tasks import PAD_ID, VOCAB, TaskDataModule, decode, make_datamodule
 from tests.tasks._reference import reference_answer
 from tests.tasks.helpers import LEVELS, datamodule, full_sequences
 
@@ -155,10 +155,10 @@ def test_deduce_pairs_are_uniform_within_hops() -> None:
 def test_deduce_hops_is_validated() -> None:
     for hops in (0, 3, 1.5, True):
         with pytest.raises(ValueError, match=r"hops=.* must be an integer in \[1, 2\]"):
-            make_datamodule("deduce", "easy", params={"hops": hops})
+            make_datamodule("deduce", "easy", params={"chain": 3, "hops": hops})
     with pytest.raises(ValueError, match=r"hops=7 must be an integer in \[1, 4\]"):
         make_datamodule("deduce", "hard", params={"chain": 5})
-    assert make_datamodule("deduce", "easy", params={"hops": 2}).params["hops"] == 2
+    assert make_datamodule("deduce", "medium", params={"hops": 4}).params["hops"] == 4
 
 
 @pytest.mark.parametrize(("difficulty", "override"), DEDUCE_HOPS_CASES)
@@ -171,3 +171,13 @@ def test_deduce_queries_ask_distinct_pairs(difficulty: str, override: dict) -> N
         _, queries = _deduce_queries(decode(row))
         distinct = {frozenset((a, b)) for a, b, _ in queries}
         assert len(distinct) == min(q, n_pairs), queries
+
+
+def test_selective_copy_scatters_its_blanks() -> None:
+    """copy hard: each question holds exactly ``blanks`` pad tokens, at places that vary between rows."""
+    dm = make_datamodule("copy", "hard", batch_size=64)
+    assert dm.params["blanks"] > 0
+    questions = dm.train_batch(0)["input_ids"][:, : dm.seq_len - dm.answer_len]
+    blanks = questions == PAD_ID
+    assert (blanks.sum(dim=1) == dm.params["blanks"]).all()
+    assert len({tuple(row) for row in blanks.tolist()}) > 32  # not one fixed layout
