@@ -24,6 +24,7 @@ from capgeo_callbacks.detection import (
     detect_logprob_emergence,
     layer_order,
     precursor_verdict,
+    spearman,
 )
 from capgeo_callbacks.layers import glob_match, resolve_layers
 from capgeo_callbacks.measures import (
@@ -67,4 +68,5 @@ __all__ = [
     "precursor_verdict",
     "rankme",
     "resolve_layers",
+    "spearman",
 ]

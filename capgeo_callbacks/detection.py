@@ -37,6 +37,7 @@ __all__ = [
     "measure_transition",
     "precursor_verdict",
     "run_verdict",
+    "spearman",
 ]
 
 VerdictName = Literal["precursor", "simultaneous", "no-collapse", "not-acquired"]
@@ -500,6 +501,32 @@ def layer_order(collapse_steps: Mapping[str, int | None], depths: Mapping[str, i
     depth_ranks = _average_ranks([float(depths[name]) for name in names])
     step_ranks = _average_ranks([float(collapse_steps[name]) for name in names])  # type: ignore[arg-type]
     return _pearson(depth_ranks, step_ranks)
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman rank correlation of two equal-length sequences.
+
+    rho = Pearson correlation of the average ranks (ties share the mean of their ranks), as
+    `scipy.stats.spearmanr` computes it; the same statistic as :func:`layer_order`, for any pair of series
+    (the report uses it to compare RankMe curves across model sizes).
+
+    Args:
+        x: first sequence of finite values.
+        y: second sequence, the same length.
+
+    Returns:
+        rho in [-1, 1], or None with fewer than 2 points or no variation in either sequence.
+
+    Raises:
+        ValueError: on mismatched lengths or a non-finite value.
+    """
+    xs = _as_floats("x", x, len(x))
+    ys = _as_floats("y", y, len(x))
+    if not all(math.isfinite(v) for v in (*xs, *ys)):
+        raise ValueError("spearman needs finite values; drop NaN/Inf points first")
+    if len(xs) < 2:
+        return None
+    return _pearson(_average_ranks(xs), _average_ranks(ys))
 
 
 class PrecursorTracker:

@@ -98,6 +98,11 @@ class CapabilityModule(pl.LightningModule):
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, "test")
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record this class's dotted path, so offline analysis can rebuild it without being told."""
+        capgeo = checkpoint.setdefault("capgeo", {})
+        capgeo["module_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
+
     def configure_optimizers(self) -> Any:
         hp = self.hparams
         decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]

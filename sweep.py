@@ -1,0 +1,348 @@
+"""Sweep train.py over tasks x difficulties x sizes (x seeds), skipping finished runs and resuming others.
+
+    python sweep.py --tasks mod sort --difficulties hard --sizes xs s --logdir runs/sweep --fraction 0.25 --jobs 2
+    python -m capgeo_callbacks.report runs/sweep
+
+Each run is one ``train.py`` subprocess writing to ``LOGDIR/TASK-DIFFICULTY-SIZE-sSEED`` (train.py's own
+naming), with its output in ``sweep.log`` beside the run's ``version_*`` folders. Before starting a run the
+sweep reads what the folder holds:
+
+- finished (skipped): the newest ``version_*`` with a ``capgeo_summary.json`` whose ``steps`` reached the
+  run's ``max_steps``, or, with ``--stop-after-acquisition``, whose acquisition step is set;
+- resumable: otherwise, when the newest ``version_*`` (the one ``train.py --resume`` picks) has
+  ``checkpoints/last.ckpt``: rerun with ``--resume``, which continues in that folder (also how a finished
+  run is extended when ``--fraction`` grows);
+- fresh: anything else (no folder, or a folder killed before its first checkpoint): a new ``version_*``.
+
+Threads: each run gets ``OMP_NUM_THREADS`` = cores // jobs (``--threads`` overrides), so ``--jobs 2`` on a
+2-core machine runs two single-threaded runs side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import tasks
+import train
+from models import SIZES
+
+ROOT = Path(__file__).resolve().parent
+SUMMARY = "capgeo_summary.json"
+LOG_NAME = "sweep.log"
+# train.py flags the sweep sets itself for every run; in --extra-args they would break naming or resuming.
+RESERVED_FLAGS = ("--task", "--difficulty", "--size", "--seed", "--logdir", "--name", "--resume")
+
+State = Literal["finished", "resume", "fresh"]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run of the sweep and what to do with it.
+
+    Attributes:
+        task: task name.
+        difficulty: difficulty name.
+        size: model size name.
+        seed: training seed.
+        name: the run folder's name under the log folder (train.py's naming).
+        max_steps: the run's step budget.
+        argv: the train.py arguments (without ``--resume``).
+        state: "finished" (skip), "resume" (rerun with ``--resume``) or "fresh".
+        reason: why, in a few words (shown by ``--dry-run``).
+    """
+
+    task: str
+    difficulty: str
+    size: str
+    seed: int
+    name: str
+    max_steps: int
+    argv: tuple[str, ...]
+    state: State
+    reason: str
+
+
+def _version_dirs(run_root: Path) -> list[Path]:
+    """The ``version_<k>`` folders of a run, newest (highest k) first."""
+    found = [(int(p.name[len("version_"):]), p) for p in run_root.glob("version_*")
+             if p.is_dir() and p.name[len("version_"):].isdigit()]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def run_state(run_root: Path, max_steps: int, stop_after_acquisition: bool = False) -> tuple[State, str]:
+    """Whether a run folder holds a finished run, a resumable one, or nothing usable.
+
+    Finished: the newest version that has a summary reached ``max_steps`` steps (or, with
+    ``stop_after_acquisition``, confirmed acquisition). Resumable: the newest version has
+    ``checkpoints/last.ckpt`` (train.py's ``--resume`` only looks there). Otherwise fresh.
+
+    Args:
+        run_root: ``LOGDIR/RUN_NAME``.
+        max_steps: the step budget the run must reach.
+        stop_after_acquisition: whether the run stops at acquisition (then acquisition is enough).
+
+    Returns:
+        The state and a short reason.
+    """
+    versions = _version_dirs(run_root)
+    for version in versions:
+        summary = _read_summary(version)
+        if summary is None:
+            continue
+        steps = summary.get("steps")
+        if isinstance(steps, int) and steps >= max_steps:
+            return "finished", f"{version.name}: {steps} steps"
+        if stop_after_acquisition and summary.get("acquisition_step") is not None:
+            return "finished", f"{version.name}: acquired at step {summary['acquisition_step']}"
+        break
+    if versions and (versions[0] / "checkpoints" / "last.ckpt").is_file():
+        return "resume", f"{versions[0].name}/checkpoints/last.ckpt"
+    return "fresh", "no checkpoint" if versions else "new run"
+
+
+def _read_summary(version: Path) -> dict[str, Any] | None:
+    """The summary in a ``version_*`` folder, or None if absent or unreadable (cut short by a crash)."""
+    try:
+        summary = json.loads((version / SUMMARY).read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def _flag_present(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def plan_runs(
+    tasks_: Sequence[str],
+    difficulties: Sequence[str],
+    sizes: Sequence[str],
+    seeds: Sequence[int],
+    logdir: str | Path,
+    fraction: float | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[RunPlan]:
+    """Every run of the sweep, in task, difficulty, size, seed order, with its state on disk.
+
+    Each run's arguments are checked by ``train.parse_args`` here, so a bad extra argument fails before
+    any run starts.
+
+    Args:
+        tasks_: task names.
+        difficulties: difficulty names.
+        sizes: model size names.
+        seeds: seeds.
+        logdir: the sweep's log folder.
+        fraction: scale of each run's default step budget (``train.DEFAULTS``), passed as ``--max-steps``;
+            None keeps train.py's budget (or ``--max-steps`` from ``extra_args``).
+        extra_args: more train.py arguments, the same for every run.
+
+    Raises:
+        ValueError: on an unknown name, a reserved flag in ``extra_args``, ``--max-steps`` together with
+            ``fraction``, a fraction <= 0, or arguments train.py rejects (with train.py's message).
+    """
+    _check_choices("task", tasks_, tasks.TASKS)
+    _check_choices("difficulty", difficulties, tasks.DIFFICULTIES)
+    _check_choices("size", sizes, list(SIZES))
+    reserved = [flag for flag in RESERVED_FLAGS if _flag_present(extra_args, flag)]
+    if reserved:
+        raise ValueError(f"--extra-args must not set {', '.join(reserved)}: the sweep sets them per run "
+                         f"(use --tasks, --difficulties, --sizes, --seeds, --logdir)")
+    if fraction is not None:
+        if not fraction > 0:
+            raise ValueError(f"--fraction must be > 0 (a share of each run's default step budget), got {fraction}")
+        if _flag_present(extra_args, "--max-steps"):
+            raise ValueError("give either --fraction or --max-steps in --extra-args, not both")
+    plans: list[RunPlan] = []
+    for task in tasks_:
+        for difficulty in difficulties:
+            budget: list[str] = []
+            if fraction is not None:
+                default = train.DEFAULTS[task][difficulty].max_steps
+                budget = ["--max-steps", str(max(1, round(fraction * default)))]
+            for size in sizes:
+                for seed in seeds:
+                    argv = ("--task", task, "--difficulty", difficulty, "--size", size, "--seed", str(seed),
+                            "--logdir", str(logdir), *budget, *extra_args)
+                    args = _train_args(argv)
+                    expected = (task, difficulty, size, seed, str(logdir), f"{task}-{difficulty}-{size}-s{seed}", False)
+                    if (args.task, args.difficulty, args.size, args.seed, args.logdir, args.name,
+                            args.resume) != expected or (budget and args.max_steps != int(budget[1])):
+                        # an abbreviated flag (argparse accepts --se for --seed) slipped past the check above
+                        raise ValueError(f"--extra-args {' '.join(extra_args)} override a flag the sweep sets "
+                                         f"({', '.join(RESERVED_FLAGS)}, or --max-steps with --fraction)")
+                    state, reason = run_state(Path(logdir) / args.name, args.max_steps, args.stop_after_acquisition)
+                    plans.append(RunPlan(task, difficulty, size, seed, args.name, args.max_steps, argv, state, reason))
+    return plans
+
+
+def _train_args(argv: Sequence[str]) -> argparse.Namespace:
+    """``train.parse_args(argv)``, with its argparse error turned into a ValueError carrying the message."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):  # train.py's usage line would name sweep.py: keep the message only
+            return train.parse_args(argv)
+    except SystemExit as err:
+        message = captured.getvalue().strip().splitlines()[-1:] or ["invalid arguments"]
+        raise ValueError(f"train.py rejected {' '.join(argv)}: {message[0].split('error: ', 1)[-1]}") from err
+
+
+def _check_choices(kind: str, given: Sequence[str], valid: Sequence[str]) -> None:
+    unknown = [name for name in given if name not in valid]
+    if unknown:
+        raise ValueError(f"unknown {kind}(s) {', '.join(map(repr, unknown))}; valid: {', '.join(valid)}")
+
+
+def execute(plan: RunPlan, logdir: Path, threads: int, show_output: bool = False) -> dict[str, Any]:
+    """Run (or resume) one planned run of train.py as a subprocess.
+
+    The child's output goes to ``LOGDIR/RUN/sweep.log`` (appended), or to this terminal with
+    ``show_output``.
+
+    Returns:
+        ``{"name", "action", "returncode", "seconds", "log", "summary"}``; ``summary`` is the run's
+        summary dict when it wrote one.
+    """
+    run_root = logdir / plan.name
+    run_root.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, str(ROOT / "train.py"), *plan.argv, "--no-progress"]
+    if plan.state == "resume":
+        argv.append("--resume")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    log_path = run_root / LOG_NAME
+    started = time.perf_counter()
+    with open(log_path, "a") as log:
+        log.write(f"\n$ OMP_NUM_THREADS={threads} {' '.join(argv)}\n")
+        log.flush()
+        out = None if show_output else log
+        returncode = subprocess.run(argv, cwd=ROOT, env=env, stdout=out, stderr=out, check=False).returncode
+    seconds = time.perf_counter() - started
+    summary = next((s for s in map(_read_summary, _version_dirs(run_root)) if s is not None), None)
+    action = "resumed" if plan.state == "resume" else "done"
+    return {"name": plan.name, "action": action, "returncode": returncode, "seconds": seconds,
+            "log": str(log_path), "summary": summary}
+
+
+def _result_line(index: int, total: int, result: dict[str, Any]) -> str:
+    width = len(str(total))
+    head = f"[{index:>{width}}/{total}] {result['name']:<28}"
+    if result["returncode"] != 0:
+        return f"{head} FAILED (exit {result['returncode']}) after {result['seconds']:.0f} s; see {result['log']}"
+    summary = result["summary"] or {}
+    detail = (f"steps {summary.get('steps')}, acquisition {summary.get('acquisition_step')}, "
+              f"verdict {summary.get('verdict')}, gap {summary.get('gap')}")
+    return f"{head} {result['action']:<8} {result['seconds']:7.1f} s  {detail}"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The sweep's command line; ``--extra-args`` takes everything after it, for train.py."""
+    parser = argparse.ArgumentParser(
+        description="Run train.py over tasks x difficulties x sizes x seeds; skip finished runs, resume others.",
+        epilog="Then: python -m capgeo_callbacks.report LOGDIR",
+    )
+    parser.add_argument("--tasks", nargs="+", required=True, metavar="TASK", help=f"of: {', '.join(tasks.TASKS)}")
+    parser.add_argument("--difficulties", nargs="+", default=["hard"], metavar="DIFFICULTY",
+                        help=f"of: {', '.join(tasks.DIFFICULTIES)} (default: hard)")
+    parser.add_argument("--sizes", nargs="+", default=[next(iter(SIZES))], metavar="SIZE",
+                        help=f"of: {', '.join(SIZES)} (default: {next(iter(SIZES))})")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
+    parser.add_argument("--logdir", default="runs/sweep", help="log folder of the sweep (default: runs/sweep)")
+    parser.add_argument("--fraction", type=float, default=None,
+                        help="scale each run's default step budget by this (passed as --max-steps)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (default: 1)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="OMP_NUM_THREADS per run (default: CPU cores // jobs, at least 1)")
+    parser.add_argument("--stop-after-acquisition", action="store_true",
+                        help="end each run at acquisition (passed to train.py; an acquired run counts as finished)")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs and what would be done, run nothing")
+    parser.add_argument("--show-output", action="store_true",
+                        help="show train.py's output here instead of in RUN/sweep.log (only with --jobs 1)")
+    parser.add_argument("--extra-args", nargs=argparse.REMAINDER, default=[],
+                        help="everything after it goes to train.py (e.g. --extra-args --measures all --eval-points 64)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
+    if args.show_output and args.jobs > 1:
+        parser.error("--show-output needs --jobs 1 (the outputs of parallel runs would interleave)")
+    if args.stop_after_acquisition and "--stop-after-acquisition" not in args.extra_args:
+        args.extra_args = [*args.extra_args, "--stop-after-acquisition"]
+    try:
+        args.plans = plan_runs(args.tasks, args.difficulties, args.sizes, args.seeds, args.logdir,
+                               fraction=args.fraction, extra_args=args.extra_args)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def threads_per_run(jobs: int, threads: int | None = None, cores: int | None = None) -> int:
+    """``OMP_NUM_THREADS`` for each run: ``threads`` if given, else cores // jobs (at least 1), so parallel
+    runs share the cores instead of each starting a thread per core."""
+    if threads is not None:
+        return threads
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))  # the cores this process may use (containers, taskset)
+        except AttributeError:  # not on Linux
+            cores = os.cpu_count() or 1
+    return max(1, cores // jobs)
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Run the sweep; returns one result dict per run (skipped runs have ``action`` "skipped")."""
+    args = parse_args(argv)
+    plans: list[RunPlan] = args.plans
+    threads = threads_per_run(args.jobs, args.threads)
+    logdir = Path(args.logdir)
+    total = len(plans)
+    if args.dry_run:
+        for i, plan in enumerate(plans, 1):
+            action = {"finished": "skip", "resume": "resume", "fresh": "run"}[plan.state]
+            print(f"[{i}/{total}] {plan.name:<28} {action:<7} ({plan.reason}); max_steps {plan.max_steps}; "
+                  f"train.py {' '.join(plan.argv)}{' --resume' if plan.state == 'resume' else ''}")
+        return []
+    logdir.mkdir(parents=True, exist_ok=True)
+    print(f"sweep: {total} runs in {logdir}, {args.jobs} at a time, OMP_NUM_THREADS={threads}", flush=True)
+    results: list[dict[str, Any]] = []
+    todo: list[tuple[int, RunPlan]] = []
+    for i, plan in enumerate(plans, 1):
+        if plan.state == "finished":
+            result = {"name": plan.name, "action": "skipped", "returncode": 0, "seconds": 0.0, "log": "",
+                      "summary": None}
+            results.append(result)
+            print(f"[{i:>{len(str(total))}}/{total}] {plan.name:<28} skipped  (finished: {plan.reason})", flush=True)
+        else:
+            todo.append((i, plan))
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # threads only wait on subprocesses
+        futures = {pool.submit(execute, plan, logdir, threads, args.show_output): i for i, plan in todo}
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            print(_result_line(futures[future], total, result), flush=True)
+    failed = [r["name"] for r in results if r["returncode"] != 0]
+    print(f"sweep: {total - len(todo)} skipped, {len(todo) - len(failed)} ran, {len(failed)} failed "
+          f"in {time.perf_counter() - started:.0f} s" + (f": {', '.join(failed)}" if failed else ""), flush=True)
+    if failed:
+        raise SystemExit(1)
+    return results
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)

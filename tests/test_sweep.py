@@ -1,0 +1,124 @@
+"""sweep.py: planning (names, budgets, what is finished or resumable) on hand-made run folders, and one
+real tiny run that the sweep starts, extends by resuming, then skips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sweep
+import train
+
+
+def make_version(run_root: Path, version: int, summary: dict[str, Any] | None = None, ckpt: bool = False) -> Path:
+    folder = run_root / f"version_{version}"
+    folder.mkdir(parents=True)
+    if summary is not None:
+        (folder / sweep.SUMMARY).write_text(json.dumps(summary))
+    if ckpt:
+        (folder / "checkpoints").mkdir()
+        (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
+    return folder
+
+
+def test_run_state_reads_the_run_folder(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert sweep.run_state(run, 40) == ("fresh", "new run")
+    make_version(run, 0, {"steps": 20, "acquisition_step": 10}, ckpt=True)
+    assert sweep.run_state(run, 40)[0] == "resume"  # budget not reached: continue from last.ckpt
+    assert sweep.run_state(run, 20)[0] == "finished"
+    assert sweep.run_state(run, 40, stop_after_acquisition=True)[0] == "finished"
+    # a newer attempt killed before its first checkpoint: --resume would find nothing, so start afresh
+    make_version(run, 1)
+    assert sweep.run_state(run, 40) == ("fresh", "no checkpoint")
+    # ... but an older finished summary still counts
+    assert sweep.run_state(run, 20) == ("finished", "version_0: 20 steps")
+    # killed mid-run: checkpoint, no summary (version_10 sorts after version_1 by number, not by text)
+    make_version(run, 10, ckpt=True)
+    assert sweep.run_state(run, 40) == ("resume", "version_10/checkpoints/last.ckpt")
+    (run / "version_10" / sweep.SUMMARY).write_text("{cut short")  # a crash while writing: ignored
+    assert sweep.run_state(run, 40)[0] == "resume"
+
+
+def test_plan_scales_the_default_budget_and_keeps_eval_points(tmp_path: Path) -> None:
+    plans = sweep.plan_runs(["sort", "mod"], ["easy", "hard"], ["xs"], [0, 3], tmp_path, fraction=0.01)
+    assert [p.name for p in plans] == [f"{t}-{d}-xs-s{s}" for t in ("sort", "mod") for d in ("easy", "hard")
+                                       for s in (0, 3)]
+    for plan in plans:
+        assert plan.max_steps == round(0.01 * train.DEFAULTS[plan.task][plan.difficulty].max_steps)
+        assert plan.argv[plan.argv.index("--max-steps") + 1] == str(plan.max_steps)
+        assert "--eval-points" not in plan.argv and plan.state == "fresh"
+    kept = sweep.plan_runs(["sort"], ["easy"], ["xs"], [0], tmp_path, extra_args=["--eval-points", "8"])
+    assert kept[0].max_steps == train.DEFAULTS["sort"]["easy"].max_steps and kept[0].argv[-2:] == ("--eval-points",
+                                                                                                   "8")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"tasks_": ["sorting"]}, "unknown task(s) 'sorting'; valid: copy, reverse"),
+     ({"difficulties": ["extreme"]}, "valid: easy, medium, hard"),
+     ({"sizes": ["giant"]}, "valid: xs, s, m"),
+     ({"extra_args": ["--seed", "3"]}, "must not set --seed"),
+     ({"extra_args": ["--name=x"]}, "must not set --name"),
+     ({"fraction": 0.5, "extra_args": ["--max-steps", "10"]}, "either --fraction or --max-steps"),
+     ({"fraction": 0.5, "extra_args": ["--max", "10"]}, "override a flag"),  # argparse abbreviation
+     ({"fraction": 0.0}, "must be > 0"),
+     ({"extra_args": ["--bogus"]}, "unrecognized arguments: --bogus")],
+)
+def test_bad_arguments_are_clear_errors(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+    args: dict[str, Any] = {"tasks_": ["sort"], "difficulties": ["easy"], "sizes": ["xs"], "seeds": [0],
+                            "logdir": tmp_path, **kwargs}
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        sweep.plan_runs(**args)
+
+
+def test_cli_error_names_valid_choices_and_dry_run_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        sweep.main(["--tasks", "sort", "--sizes", "huge", "--logdir", str(tmp_path)])
+    assert "unknown size(s) 'huge'; valid: xs, s, m, l, xl, xxl" in capsys.readouterr().err
+    make_version(tmp_path / "sort-hard-xs-s0", 0, {"steps": 60}, ckpt=True)
+    assert sweep.main(["--tasks", "sort", "--sizes", "xs", "--seeds", "0", "1", "--logdir", str(tmp_path),
+                       "--fraction", "0.01", "--dry-run"]) == []
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("[1/2] sort-hard-xs-s0") and " skip " in lines[0]
+    assert lines[1].startswith("[2/2] sort-hard-xs-s1") and " run " in lines[1] and "--max-steps 60" in lines[1]
+    assert not (tmp_path / "sort-hard-xs-s1").exists()
+
+
+def test_threads_per_run_shares_the_cores() -> None:
+    assert sweep.threads_per_run(jobs=2, cores=2) == 1
+    assert sweep.threads_per_run(jobs=1, cores=8) == 8
+    assert sweep.threads_per_run(jobs=4, cores=2) == 1
+    assert sweep.threads_per_run(jobs=1, threads=3, cores=8) == 3
+
+
+@pytest.mark.slow
+def test_real_run_is_started_resumed_and_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--tasks", "sort", "--difficulties", "easy", "--sizes", "xs", "--logdir", str(tmp_path), "--threads", "1",
+            "--extra-args", "--eval-points", "4", "--measures", "rankme"]
+    run_root = tmp_path / "sort-easy-xs-s0"
+
+    first = sweep.main([*base, "--max-steps", "16"])
+    assert [(r["action"], r["returncode"]) for r in first] == [("done", 0)]
+    assert first[0]["summary"]["steps"] == 16
+    assert "done" in capsys.readouterr().out
+
+    # a larger budget: the finished run is extended from its last checkpoint, in the same version folder
+    second = sweep.main([*base, "--max-steps", "32"])
+    assert [(r["action"], r["returncode"]) for r in second] == [("resumed", 0)]
+    assert [p.name for p in run_root.glob("version_*")] == ["version_0"]
+    summary = json.loads((run_root / "version_0" / sweep.SUMMARY).read_text())
+    assert summary["steps"] == 32
+    steps = [point[0] for point in summary["series"]["acc"]]
+    assert steps[:4] == [4, 8, 12, 16] and steps[-1] == 32  # the first part's history survived the resume
+    log = (run_root / sweep.LOG_NAME).read_text()
+    assert "OMP_NUM_THREADS=1" in log and log.count("--resume") == 1
+
+    third = sweep.main([*base, "--max-steps", "32"])
+    assert [(r["action"], r["returncode"]) for r in third] == [("skipped", 0)]
+    assert "skipped  (finished: version_0: 32 steps)" in capsys.readouterr().out
