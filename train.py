@@ -22,7 +22,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 
 import tasks
@@ -66,6 +66,11 @@ DEFAULTS: dict[str, dict[str, TrainingDefaults]] = {
 }
 DEFAULTS["mod"]["hard"] = TrainingDefaults(max_steps=15000, batch_size=64, lr=1e-3)
 DEFAULTS["sort"]["hard"] = TrainingDefaults(max_steps=6000, batch_size=64, lr=1e-3)
+# Selective copying is learned in ~500 steps at any length tried: a short budget keeps its first tenth
+# free of acquisition while the whole story still fits in it.
+DEFAULTS["copy"]["hard"] = TrainingDefaults(max_steps=3000, batch_size=64, lr=1e-3)
+# One stated fact over 26 letters: a long plateau at chance, then acquisition near step 2,100.
+DEFAULTS["deduce"]["easy"] = TrainingDefaults(max_steps=5000, batch_size=64, lr=1e-3)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -131,19 +136,26 @@ def resolve_measures(spec: str) -> list[str]:
     return names
 
 
+# Constructor arguments of each measure's callback: how sparse the costly ones are (``every_n_evals``);
+# embedding code and tests may change them (e.g. fewer LLC draws) before calling ``main``.
+MEASURE_OPTIONS: dict[str, dict[str, Any]] = {
+    "rankme": {"layers": WATCHED_LAYERS, "selector": "answer", "num_rows": PROBE_ROWS},
+    "probes": {"layers": WATCHED_LAYERS, "num_rows": PROBE_ROWS},
+    "grad_rank": {"every_n_evals": 4},
+    "hessian": {"every_n_evals": 16},
+    "llc": {"every_n_evals": 32},
+}
+MEASURE_CALLBACKS: dict[str, type[Callback]] = {
+    "rankme": RankMeMonitor, "probes": LinearProbeMonitor, "grad_rank": GradientRankMonitor,
+    "hessian": HessianMonitor, "llc": LLCMonitor,
+}
+
+
 def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any]) -> list[Callback]:
-    """The capgeo callbacks for the chosen measures, with the precursor detector when RankMe is on."""
-    callbacks: list[Callback] = []
-    if "rankme" in names:
-        callbacks.append(RankMeMonitor(layers=WATCHED_LAYERS, selector="answer", num_rows=PROBE_ROWS))
-    if "probes" in names:
-        callbacks.append(LinearProbeMonitor(layers=WATCHED_LAYERS, num_rows=PROBE_ROWS))
-    if "grad_rank" in names:
-        callbacks.append(GradientRankMonitor(every_n_evals=4))
-    if "hessian" in names:
-        callbacks.append(HessianMonitor(every_n_evals=16))
-    if "llc" in names:
-        callbacks.append(LLCMonitor(every_n_evals=32))
+    """The capgeo callbacks for the chosen measures (built from :data:`MEASURE_OPTIONS`), with the
+    precursor detector when any measure is on."""
+    callbacks: list[Callback] = [MEASURE_CALLBACKS[name](**MEASURE_OPTIONS.get(name, {}))
+                                 for name in MEASURES if name in names]
     if callbacks:
         callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info))
     return callbacks
@@ -188,10 +200,43 @@ def latest_version(run_root: Path) -> int | None:
     return max(versions) if versions else None
 
 
+CHECKPOINT_EVERY_N_EVALS = 16  # last.ckpt is saved after every 16th validation (and at the end)
+
+
+class EvaluationCheckpoint(Callback):
+    """Save ``last.ckpt`` after every ``every_n_evals``-th validation and at the end of training.
+
+    Not ``ModelCheckpoint(every_n_train_steps=...)``: it saves in ``on_train_batch_end``, before the
+    validation due at that step, and a run resumed from it skips that validation (a gap in every series).
+    Saved in ``on_validation_end``, listed after the capgeo callbacks, the checkpoint holds the
+    validation's values and the resumed run goes on with the next training step.
+    """
+
+    def __init__(self, dirpath: Path, every_n_evals: int) -> None:
+        self.path = Path(dirpath) / "last.ckpt"
+        self.every_n_evals = every_n_evals
+        self.evaluations = 0
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self.evaluations += 1
+        if self.evaluations % self.every_n_evals == 0:
+            trainer.save_checkpoint(self.path)  # every rank calls it; rank zero writes
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        trainer.save_checkpoint(self.path)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"evaluations": self.evaluations}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.evaluations = int(state_dict.get("evaluations", 0))
+
+
 def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: TensorBoardLogger) -> pl.Trainer:
     val_interval = max(1, math.ceil(args.max_steps / args.eval_points))
-    checkpoint = ModelCheckpoint(dirpath=Path(logger.log_dir) / "checkpoints", save_last=True,
-                                 every_n_train_steps=val_interval * 16, save_top_k=0)
+    checkpoint = EvaluationCheckpoint(Path(logger.log_dir) / "checkpoints", every_n_evals=CHECKPOINT_EVERY_N_EVALS)
     return pl.Trainer(
         max_steps=args.max_steps,
         val_check_interval=val_interval,
@@ -202,14 +247,17 @@ def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: T
         devices=args.devices,
         strategy=args.strategy,
         logger=logger,
-        callbacks=[checkpoint, *callbacks],
+        callbacks=[*callbacks, checkpoint],
+        enable_checkpointing=False,
         enable_progress_bar=not args.no_progress,
         enable_model_summary=False,
         deterministic=True,
     )
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+    """Run ``train.py`` with the command-line arguments ``argv``; ``callbacks`` are extra Lightning
+    callbacks added to the trainer (for embedding and tests). Returns the run summary."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logdir = check_logdir(args.logdir)
@@ -236,10 +284,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "parameters": module.model.num_parameters(), "max_steps": args.max_steps,
         "batch_size": args.batch_size, "lr": args.lr, "task_params": datamodule.params,
     }
-    callbacks = build_measure_callbacks(args.measure_names, run_info=run_info)
+    measures = build_measure_callbacks(args.measure_names, run_info=run_info)
     if args.stop_after_acquisition:
-        callbacks.append(StopAfterAcquisition())
-    trainer = build_trainer(args, callbacks, logger)
+        measures.append(StopAfterAcquisition())
+    trainer = build_trainer(args, [*measures, *callbacks], logger)
     started = time.perf_counter()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     wall = time.perf_counter() - started

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.rankme_monitor import DEFAULT_LAYERS, RankMeMonitor
+from capgeo_callbacks.callbacks.rankme_monitor import DEFAULT_LAYERS, RankMeMonitor, _rows
 from capgeo_callbacks.distributed import gather_rows
 from capgeo_callbacks.measures.probes import linear_probe_accuracy
 from capgeo_callbacks.selectors import Selector
@@ -147,7 +147,7 @@ class LinearProbeMonitor(RankMeMonitor):
     @override
     def _detach(self) -> None:
         super()._detach()
-        self._batch_labels = None
+        self._labels, self._batch_labels = {}, None
 
     @override
     def on_validation_batch_start(
@@ -184,7 +184,7 @@ class LinearProbeMonitor(RankMeMonitor):
             x = gather_rows(local_x.to(pl_module.device))[: self.num_rows]
             y = gather_rows(local_y.to(pl_module.device))[: self.num_rows, 0]
             if x.shape[0] < 4:
-                self.warn_once(f"empty:{name}", f"LinearProbeMonitor: {x.shape[0]} rows captured for "
+                self.warn_once(f"empty:{name}", f"LinearProbeMonitor: {_rows(x.shape[0])} captured for "
                                f"{name!r}, fewer than 4; skipped")
                 continue
             if x.shape[0] < self.num_rows:

@@ -115,13 +115,13 @@ class RankMeMonitor(MeasureCallback):
                 return
             hidden = output_tensor(output)
             if hidden is None:
-                self.warn_once(f"type:{name}", f"RankMeMonitor: layer {name!r} returned "
+                self.warn_once(f"type:{name}", f"{type(self).__name__}: layer {name!r} returned "
                                f"{type(output).__name__}, not a tensor; it is skipped")
                 return
             try:
                 rows = select_rows(hidden.detach(), self._batch, self.selector, self.mask_key)
             except SelectorError as err:
-                self.warn_once(f"select:{name}", f"RankMeMonitor: {err}; layer {name!r} is skipped")
+                self.warn_once(f"select:{name}", f"{type(self).__name__}: {err}; layer {name!r} is skipped")
                 return
             rows = rows[: self.num_rows - self._counts[name]].to(torch.float32, copy=True)
             self._rows[name].append(rows)
@@ -137,9 +137,11 @@ class RankMeMonitor(MeasureCallback):
         self._measuring = True
 
     def _detach(self) -> None:
+        """Remove the hooks and drop the captured rows (read them before; also run on failure)."""
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._rows, self._counts = {}, {}
         self._batch = None
         self._measuring = False
 
@@ -174,7 +176,8 @@ class RankMeMonitor(MeasureCallback):
             rows = gather_rows(local.to(pl_module.device))[: self.num_rows]
             tag = f"{self.prefix}/{self.layer_tags[name]}"
             if rows.shape[0] < 2:
-                self.warn_once(f"empty:{name}", f"RankMeMonitor: no rows captured for {name!r}; skipped")
+                self.warn_once(f"empty:{name}", f"RankMeMonitor: {_rows(rows.shape[0])} captured for {name!r}, "
+                               "fewer than 2; skipped")
                 continue
             if rows.shape[0] < self.num_rows:
                 self.warn_once(f"few:{name}", f"RankMeMonitor: {name!r} gave {rows.shape[0]} rows, fewer than "
@@ -204,3 +207,7 @@ class RankMeMonitor(MeasureCallback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self.rows_used = dict(state_dict.get("rows_used", {}))
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
