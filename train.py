@@ -283,6 +283,9 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         "task": args.task, "difficulty": args.difficulty, "size": args.size, "seed": args.seed,
         "parameters": module.model.num_parameters(), "max_steps": args.max_steps,
         "batch_size": args.batch_size, "lr": args.lr, "task_params": datamodule.params,
+        # what rebuilds the same validation rows offline (python -m capgeo_callbacks.analyze)
+        "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,
+                       "test_size": datamodule.test_size, "eval_batch_size": datamodule.eval_batch_size},
     }
     measures = build_measure_callbacks(args.measure_names, run_info=run_info)
     if args.stop_after_acquisition:
