@@ -1,62 +1,135 @@
 """Overhead of the default callbacks on train.py's default run: ``--measures default`` vs ``none``.
 
-    python benchmarks/overhead.py --task sort --difficulty hard --fraction 0.05 --repeats 3
+    OMP_NUM_THREADS=1 python benchmarks/overhead.py --task sort --difficulty hard --fraction 0.05 --repeats 3
 
 Runs the first ``fraction`` of the default run (same evaluation interval as the full run: the step
-budget and the number of evaluation points are both scaled), alternating the two settings
-``repeats`` times, and prints the median wall time of each and their ratio (target <= 1.05).
+budget and the number of evaluation points are both scaled), the two settings interleaved
+``repeats`` times after a short warm-up run, and prints the median time of each and their ratio
+(target <= 1.05). Times are process CPU time on one thread (``--clock``; see ``benchmarks/_timing.py``),
+which other processes sharing the cores move less than wall time, though still by several percent
+between runs. So the script also clocks the time spent inside the capgeo callbacks themselves (every
+Lightning hook they define and the forward hooks they register) in the measured runs: their direct
+cost, as a fraction of the run without them, is the part of the overhead that noise cannot hide.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import inspect
 import math
-import statistics
 import sys
 import tempfile
-import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import lightning.pytorch as pl
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import capgeo_callbacks  # noqa: E402
 import train  # noqa: E402
+from benchmarks._timing import CLOCKS, default_clock, interleaved, median  # noqa: E402
 
 
-def timed_run(argv: list[str]) -> float:
-    with tempfile.TemporaryDirectory() as logdir:
-        started = time.perf_counter()
+class CallbackClock:
+    """Adds up the time spent inside capgeo's callbacks: their Lightning hooks and their forward hooks.
+
+    Installed by patching the callback classes (restored on exit); nested calls (a subclass hook calling
+    its parent's) are counted once.
+    """
+
+    def __init__(self, clock: str) -> None:
+        self.now = CLOCKS[clock]
+        self.seconds = 0.0
+        self._depth = 0
+
+    def wrap(self, fn: Callable[..., object]) -> Callable[..., object]:
+        @functools.wraps(fn)
+        def timed(*args: object, **kwargs: object) -> object:
+            if self._depth:
+                return fn(*args, **kwargs)
+            self._depth += 1
+            started = self.now()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += self.now() - started
+                self._depth -= 1
+
+        return timed
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[CallbackClock]:
+        classes = [obj for obj in vars(capgeo_callbacks).values()
+                   if inspect.isclass(obj) and issubclass(obj, pl.Callback)]
+        classes = {c for cls in classes for c in cls.__mro__ if c.__module__.startswith("capgeo_callbacks")}
+        saved: list[tuple[type, str, object]] = []
+        for cls in classes:
+            for name, attr in list(vars(cls).items()):
+                if (name.startswith("on_") or name in ("setup", "teardown")) and callable(attr):
+                    saved.append((cls, name, attr))
+                    setattr(cls, name, self.wrap(attr))
+                elif name == "_hook":  # returns the forward hook: time the hook it returns
+                    saved.append((cls, name, attr))
+                    setattr(cls, name, lambda obj, layer, _make=attr: self.wrap(_make(obj, layer)))
+        try:
+            yield self
+        finally:
+            for cls, name, attr in saved:
+                setattr(cls, name, attr)
+
+
+def run(argv: list[str], clock: CallbackClock | None = None) -> None:
+    with tempfile.TemporaryDirectory() as logdir, clock.installed() if clock else contextlib.nullcontext():
         train.main([*argv, "--logdir", logdir, "--no-progress"])
-        return time.perf_counter() - started
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="sort")
     parser.add_argument("--difficulty", default="hard")
     parser.add_argument("--fraction", type=float, default=0.05)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--measures", default="default", help="the measured setting (vs 'none')")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=list(CLOCKS), default=None,
+                        help="cpu (process CPU time) or wall; default cpu for one thread, else wall")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    clock = args.clock or default_clock(args.threads)
     budget = train.DEFAULTS[args.task][args.difficulty].max_steps
     steps = max(1, math.ceil(budget * args.fraction))
     points = max(1, math.ceil(train.EVALUATION_POINTS * args.fraction))
     base = ["--task", args.task, "--difficulty", args.difficulty, "--max-steps", str(steps),
             "--eval-points", str(points)]
-    timed_run([*base, "--max-steps", "5", "--measures", "none"])  # warm-up (imports, allocator)
-    times: dict[str, list[float]] = {"none": [], args.measures: []}
-    for _ in range(args.repeats):
-        for setting in times:
-            times[setting].append(timed_run([*base, "--measures", setting]))
-    none, measured = statistics.median(times["none"]), statistics.median(times[args.measures])
-    print(f"{args.task}/{args.difficulty}: {steps} steps, {points} evaluations, {args.repeats} repeats")
+    run([*base, "--max-steps", "5", "--measures", "none"])  # warm-up (imports, allocator)
+    callback_seconds: list[float] = []
+
+    def measured_run() -> None:
+        callback_clock = CallbackClock(clock)
+        run([*base, "--measures", args.measures], callback_clock)
+        callback_seconds.append(callback_clock.seconds)
+
+    times = interleaved({"none": lambda: run([*base, "--measures", "none"]), args.measures: measured_run},
+                        args.repeats, warmup=0, clock=clock)
+    none, measured = median(times["none"]), median(times[args.measures])
+    print(f"{args.task}/{args.difficulty}: {steps} steps, {points} evaluations, {args.repeats} repeats, "
+          f"{args.threads} thread(s), {clock} time")
     for setting, values in times.items():
-        print(f"  --measures {setting:<8} median {statistics.median(values):7.2f} s  "
+        print(f"  --measures {setting:<8} median {median(values):7.2f} s  "
               f"({', '.join(f'{v:.2f}' for v in values)})")
-    print(f"overhead ratio ({args.measures} / none): {measured / none:.3f}")
+    inside = median(callback_seconds)
+    print(f"  inside the capgeo callbacks: median {inside:.2f} s ({', '.join(f'{v:.2f}' for v in callback_seconds)})"
+          f", {inside / points * 1e3:.0f} ms per evaluation")
+    ratio = measured / none
+    print(f"direct cost of the callbacks ((none + inside) / none): {(none + inside) / none:.3f}")
+    print(f"overhead ratio ({args.measures} / none): {ratio:.3f}")
+    return {"times": times, "ratio": ratio, "callback_seconds": callback_seconds,
+            "direct_ratio": (none + inside) / none, "steps": steps, "evaluations": points}
 
 
 if __name__ == "__main__":
