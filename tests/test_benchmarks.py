@@ -42,7 +42,7 @@ def test_llc_vs_devinterp_agree(capsys: pytest.CaptureFixture[str]) -> None:
     results = llc_vs_devinterp.main(["--problems", "lsq-full", "transformer", "--lsq-draws", "200", "--repeats", "1",
                                      "--chains", "2", "--draws", "2", "--train-steps", "0"])
     lsq, transformer = results
-    assert lsq["vectorized"] and transformer["vectorized"]
+    assert lsq["vectorized"] and not transformer["vectorized"]  # the default path: vmap for tiny models only
     assert abs(lsq["z"]) < 3  # same model, settings and seeds: the two agree within noise
     assert all(math.isfinite(v) for v in (*transformer["capgeo"], *transformer["devinterp"]))
     assert "time ratio devinterp / capgeo" in capsys.readouterr().out
