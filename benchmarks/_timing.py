@@ -12,9 +12,12 @@ waiting for a core; with several threads CPU time adds theirs up, so use ``wall`
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable, Mapping
+
+import torch
 
 CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
 
@@ -22,6 +25,20 @@ CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time
 def default_clock(threads: int) -> str:
     """``cpu`` for one thread (robust on a shared machine), ``wall`` otherwise."""
     return "cpu" if threads == 1 else "wall"
+
+
+def add_timing_args(parser: argparse.ArgumentParser, repeats: int = 3) -> None:
+    """``--repeats``, ``--threads`` (default 1) and ``--clock``, the same in every benchmark."""
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=list(CLOCKS), default=None,
+                        help="cpu (process CPU time) or wall; default cpu for one thread, else wall")
+
+
+def apply_timing_args(args: argparse.Namespace) -> str:
+    """Pin torch to ``args.threads`` and return the clock to time with."""
+    torch.set_num_threads(args.threads)
+    return args.clock or default_clock(args.threads)
 
 
 def interleaved(

@@ -42,7 +42,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tasks  # noqa: E402
-from benchmarks._timing import CLOCKS, default_clock, fmt_times, interleaved, median  # noqa: E402
+from benchmarks._timing import add_timing_args, apply_timing_args, fmt_times, interleaved, median  # noqa: E402
 from capgeo_callbacks import estimate_llc  # noqa: E402
 from capgeo_callbacks.measures.llc import VMAP_MAX_PARAMETERS  # noqa: E402
 from models import build_model  # noqa: E402
@@ -171,7 +171,7 @@ def transformer_problem(train_steps: int, chains: int, draws: int, task: str, di
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=PROBLEMS)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_timing_args(parser)
     parser.add_argument("--lsq-chains", type=int, default=8)
     parser.add_argument("--lsq-draws", type=int, default=500)
     parser.add_argument("--chains", type=int, default=4, help="chains of the transformer problem")
@@ -180,12 +180,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--train-steps", type=int, default=300, help="training steps before the transformer LLC")
     parser.add_argument("--task", default="mod")
     parser.add_argument("--difficulty", default="hard")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=list(CLOCKS), default=None,
-                        help="cpu (process CPU time) or wall; default cpu for one thread, else wall")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    clock = args.clock or default_clock(args.threads)
+    clock = apply_timing_args(args)
     warnings.filterwarnings("ignore", module="devinterp")
     warnings.filterwarnings("ignore", ".*estimate_llc.*", RuntimeWarning)
     logging.getLogger("devinterp").setLevel(logging.ERROR)

@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import capgeo_callbacks  # noqa: E402
 import train  # noqa: E402
-from benchmarks._timing import CLOCKS, default_clock, interleaved, median  # noqa: E402
+from benchmarks._timing import CLOCKS, add_timing_args, apply_timing_args, interleaved, median  # noqa: E402
 
 
 class CallbackClock:
@@ -93,14 +92,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--task", default="sort")
     parser.add_argument("--difficulty", default="hard")
     parser.add_argument("--fraction", type=float, default=0.05)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_timing_args(parser)
     parser.add_argument("--measures", default="default", help="the measured setting (vs 'none')")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=list(CLOCKS), default=None,
-                        help="cpu (process CPU time) or wall; default cpu for one thread, else wall")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    clock = args.clock or default_clock(args.threads)
+    clock = apply_timing_args(args)
     budget = train.DEFAULTS[args.task][args.difficulty].max_steps
     steps = max(1, math.ceil(budget * args.fraction))
     points = max(1, math.ceil(train.EVALUATION_POINTS * args.fraction))

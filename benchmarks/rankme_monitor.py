@@ -36,7 +36,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import train  # noqa: E402
-from benchmarks._timing import CLOCKS, default_clock, fmt_times, interleaved, median  # noqa: E402
+from benchmarks._timing import add_timing_args, apply_timing_args, fmt_times, interleaved, median  # noqa: E402
 from capgeo_callbacks import RankMeMonitor  # noqa: E402
 from capgeo_callbacks.layers import resolve_layers  # noqa: E402
 from capgeo_callbacks.measures.rankme import _singular_values, rankme  # noqa: E402
@@ -89,14 +89,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--difficulty", default="hard")
     parser.add_argument("--size", default="xs")
     parser.add_argument("--train-steps", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=list(CLOCKS), default=None,
-                        help="cpu (process CPU time) or wall; default cpu for one thread, else wall")
+    add_timing_args(parser, repeats=7)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    clock = args.clock or default_clock(args.threads)
+    clock = apply_timing_args(args)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*LeafSpec.*")
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)

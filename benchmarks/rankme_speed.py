@@ -29,7 +29,7 @@ from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._timing import CLOCKS, default_clock, interleaved, median  # noqa: E402
+from benchmarks._timing import add_timing_args, apply_timing_args, interleaved, median  # noqa: E402
 from capgeo_callbacks.measures.rankme import _singular_values, rankme, rankme_from_singular_values  # noqa: E402
 
 DEFAULT_SHAPES = ("512x128", "2048x128", "2048x512", "8192x512", "8192x1024")
@@ -69,13 +69,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES),
                         help="tall shapes NxD; each is also run wide (DxN)")
     parser.add_argument("--kind", default="noisy", choices=KINDS)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=list(CLOCKS), default=None,
-                        help="cpu (process CPU time) or wall; default cpu for one thread, else wall")
+    add_timing_args(parser)
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    clock = args.clock or default_clock(args.threads)
+    clock = apply_timing_args(args)
 
     results: list[dict[str, Any]] = []
     print(f"rankme vs float64 svdvals + formula; kind={args.kind}, {args.repeats} repeats, "

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tasks  # noqa: E402
 import train  # noqa: E402
-from benchmarks._timing import CLOCKS, default_clock, interleaved, median  # noqa: E402
+from benchmarks._timing import add_timing_args, apply_timing_args, interleaved, median  # noqa: E402
 from models import build_model  # noqa: E402
 from models.lightning_module import answer_loss  # noqa: E402
 
@@ -41,13 +41,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--size", default="xs")
     parser.add_argument("--batches", type=int, default=20, help="batches generated per timing")
     parser.add_argument("--steps", type=int, default=4, help="training steps per timing")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=list(CLOCKS), default=None,
-                        help="cpu (process CPU time) or wall; default cpu for one thread, else wall")
+    add_timing_args(parser)
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    clock = args.clock or default_clock(args.threads)
+    clock = apply_timing_args(args)
 
     print(f"examples/s: generation (training DataLoader) vs {args.size} training steps; {args.threads} thread(s), "
           f"{args.repeats} repeats, medians of {clock} time")
