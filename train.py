@@ -69,6 +69,11 @@ DEFAULTS["sort"]["hard"] = TrainingDefaults(max_steps=6000, batch_size=64, lr=1e
 # Selective copying is learned in ~500 steps at any length tried: a short budget keeps its first tenth
 # free of acquisition while the whole story still fits in it.
 DEFAULTS["copy"]["hard"] = TrainingDefaults(max_steps=3000, batch_size=64, lr=1e-3)
+# The longest hard sequences (T = 45-64) cost 0.15-0.19 s a step on one core: shorter budgets keep
+# their default runs near 20 minutes (none of them is acquired by the xs model in its first 1,200 steps).
+DEFAULTS["reverse"]["hard"] = TrainingDefaults(max_steps=8000, batch_size=64, lr=1e-3)
+DEFAULTS["deduce"]["hard"] = TrainingDefaults(max_steps=8000, batch_size=64, lr=1e-3)
+DEFAULTS["compare"]["hard"] = TrainingDefaults(max_steps=10000, batch_size=64, lr=1e-3)
 # One stated fact over 26 letters: a long plateau at chance, then acquisition near step 2,100.
 DEFAULTS["deduce"]["easy"] = TrainingDefaults(max_steps=5000, batch_size=64, lr=1e-3)
 
