@@ -43,6 +43,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tasks  # noqa: E402
+from benchmarks._training import pretrain  # noqa: E402
 from capgeo_callbacks.measures import hessian  # noqa: E402
 from models import build_model  # noqa: E402
 from models.lightning_module import answer_loss  # noqa: E402
@@ -108,14 +109,7 @@ def transformer(
     torch.manual_seed(0)
     datamodule = tasks.make_datamodule(task, difficulty, seed=0, batch_size=64)
     model = build_model("xs", datamodule.vocab_size, datamodule.seq_len)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
-    for k in range(train_steps):
-        batch = datamodule.train_batch(k)
-        loss = answer_loss(model(batch["input_ids"]), batch["targets"], batch["answer_mask"])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    model.eval()
+    pretrain(model, datamodule, train_steps, weight_decay=0.1)
     batch = datamodule.to_batch(datamodule.train_sequences(10**6, batch_size=batch_size))
     closure = lambda: answer_loss(model(batch["input_ids"]), batch["targets"], batch["answer_mask"])
     return closure, [p for p in model.parameters() if p.requires_grad]

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tasks  # noqa: E402
 from benchmarks._timing import add_timing_args, apply_timing_args, fmt_times, interleaved, median  # noqa: E402
+from benchmarks._training import pretrain  # noqa: E402
 from capgeo_callbacks import estimate_llc  # noqa: E402
 from capgeo_callbacks.measures.llc import VMAP_MAX_PARAMETERS  # noqa: E402
 from models import build_model  # noqa: E402
@@ -150,14 +151,7 @@ def transformer_problem(train_steps: int, chains: int, draws: int, task: str, di
     torch.manual_seed(0)
     datamodule = tasks.make_datamodule(task, difficulty, seed=0, batch_size=64)
     model = build_model("xs", datamodule.vocab_size, datamodule.seq_len)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for k in range(train_steps):  # away from initialisation, towards a minimum
-        batch = datamodule.train_batch(k)
-        loss = answer_loss(model(batch["input_ids"]), batch["targets"], batch["answer_mask"])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    model.eval()
+    pretrain(model, datamodule, train_steps)  # away from initialisation, towards a minimum
     fixed = datamodule.to_batch(datamodule.train_sequences(10**6, batch_size=4 * 128))  # LLCMonitor: 4 x 128
     loader = DataLoader(DictDataset(fixed), batch_size=128, shuffle=False, collate_fn=keep_batch)
 

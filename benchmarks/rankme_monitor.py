@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import train  # noqa: E402
 from benchmarks._timing import add_timing_args, apply_timing_args, fmt_times, interleaved, median  # noqa: E402
+from benchmarks._training import pretrain  # noqa: E402
 from capgeo_callbacks import RankMeMonitor  # noqa: E402
 from capgeo_callbacks.layers import resolve_layers  # noqa: E402
 from capgeo_callbacks.measures.rankme import _singular_values, rankme  # noqa: E402
 from models import CapabilityModule  # noqa: E402
-from models.lightning_module import answer_loss  # noqa: E402
 
 
 def make_trainer(callbacks: list[pl.Callback]) -> pl.Trainer:
@@ -49,19 +49,6 @@ def make_trainer(callbacks: list[pl.Callback]) -> pl.Trainer:
         accelerator="cpu", devices=1, logger=False, callbacks=callbacks, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=False, deterministic=True,
     )
-
-
-def pretrain(module: CapabilityModule, datamodule: Any, steps: int) -> None:
-    """A few AdamW steps on the training stream (no Lightning), so the weights are not at initialisation."""
-    optimizer = torch.optim.AdamW(module.parameters(), lr=module.hparams.lr)
-    module.train()
-    for k in range(steps):
-        batch = datamodule.train_batch(k)
-        loss = answer_loss(module(batch["input_ids"]), batch["targets"], batch["answer_mask"])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    module.eval()
 
 
 def captured_rows(module: CapabilityModule, datamodule: Any, layers: Sequence[str], num_rows: int) -> dict[str, Tensor]:
