@@ -8,10 +8,15 @@ naming), with its output in ``sweep.log`` beside the run's ``version_*`` folders
 sweep reads what the folder holds:
 
 - finished (skipped): the newest ``version_*`` with a ``capgeo_summary.json`` whose ``steps`` reached the
-  run's ``max_steps``, or, with ``--stop-after-acquisition``, whose acquisition step is set;
+  run's stop step (its ``max_steps``, or the ``--fraction`` of it), or, with ``--stop-after-acquisition``,
+  whose acquisition step is set;
 - resumable: otherwise, when the newest ``version_*`` (the one ``train.py --resume`` picks) has
   ``checkpoints/last.ckpt``: rerun with ``--resume``, which continues in that folder (also how a finished
   run is extended when ``--fraction`` grows);
+
+``--fraction F`` runs the first F of each run's budget: train.py's ``--stop-at-step``, with the
+learning-rate schedule and evaluation cadence of the whole budget, so the stopped run is exactly the start
+of the full one and the report's progress axis (step / max_steps) stays comparable across sizes.
 - fresh: anything else (no folder, or a folder killed before its first checkpoint): a new ``version_*``.
 
 Threads: each run gets ``OMP_NUM_THREADS`` = cores // jobs (``--threads`` overrides), so ``--jobs 2`` on a
@@ -42,7 +47,7 @@ ROOT = Path(__file__).resolve().parent
 SUMMARY = "capgeo_summary.json"
 LOG_NAME = "sweep.log"
 # train.py flags the sweep sets itself for every run; in --extra-args they would break naming or resuming.
-RESERVED_FLAGS = ("--task", "--difficulty", "--size", "--seed", "--logdir", "--name", "--resume")
+RESERVED_FLAGS = ("--task", "--difficulty", "--size", "--seed", "--logdir", "--name", "--resume", "--stop-at-step")
 
 State = Literal["finished", "resume", "fresh"]
 
@@ -57,7 +62,8 @@ class RunPlan:
         size: model size name.
         seed: training seed.
         name: the run folder's name under the log folder (train.py's naming).
-        max_steps: the run's step budget.
+        max_steps: the run's step budget (the schedule's length).
+        stop_at_step: the step the run ends at (``max_steps`` unless ``--fraction`` is given).
         argv: the train.py arguments (without ``--resume``).
         state: "finished" (skip), "resume" (rerun with ``--resume``) or "fresh".
         reason: why, in a few words (shown by ``--dry-run``).
@@ -69,6 +75,7 @@ class RunPlan:
     seed: int
     name: str
     max_steps: int
+    stop_at_step: int
     argv: tuple[str, ...]
     state: State
     reason: str
@@ -81,16 +88,16 @@ def _version_dirs(run_root: Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def run_state(run_root: Path, max_steps: int, stop_after_acquisition: bool = False) -> tuple[State, str]:
+def run_state(run_root: Path, stop_at_step: int, stop_after_acquisition: bool = False) -> tuple[State, str]:
     """Whether a run folder holds a finished run, a resumable one, or nothing usable.
 
-    Finished: the newest version that has a summary reached ``max_steps`` steps (or, with
+    Finished: the newest version that has a summary reached ``stop_at_step`` steps (or, with
     ``stop_after_acquisition``, confirmed acquisition). Resumable: the newest version has
     ``checkpoints/last.ckpt`` (train.py's ``--resume`` only looks there). Otherwise fresh.
 
     Args:
         run_root: ``LOGDIR/RUN_NAME``.
-        max_steps: the step budget the run must reach.
+        stop_at_step: the step the run must reach.
         stop_after_acquisition: whether the run stops at acquisition (then acquisition is enough).
 
     Returns:
@@ -102,7 +109,7 @@ def run_state(run_root: Path, max_steps: int, stop_after_acquisition: bool = Fal
         if summary is None:
             continue
         steps = summary.get("steps")
-        if isinstance(steps, int) and steps >= max_steps:
+        if isinstance(steps, int) and steps >= stop_at_step:
             return "finished", f"{version.name}: {steps} steps"
         if stop_after_acquisition and summary.get("acquisition_step") is not None:
             return "finished", f"{version.name}: acquired at step {summary['acquisition_step']}"
@@ -145,13 +152,14 @@ def plan_runs(
         sizes: model size names.
         seeds: seeds.
         logdir: the sweep's log folder.
-        fraction: scale of each run's default step budget (``train.DEFAULTS``), passed as ``--max-steps``;
-            None keeps train.py's budget (or ``--max-steps`` from ``extra_args``).
+        fraction: the share of each run's step budget to run (train.py's ``--stop-at-step``; the budget,
+            and so the schedule, stays train.py's default or ``--max-steps`` from ``extra_args``); None runs
+            the whole budget.
         extra_args: more train.py arguments, the same for every run.
 
     Raises:
-        ValueError: on an unknown name, a reserved flag in ``extra_args``, ``--max-steps`` together with
-            ``fraction``, a fraction <= 0, or arguments train.py rejects (with train.py's message).
+        ValueError: on an unknown name, a reserved flag in ``extra_args``, a fraction outside (0, 1], or
+            arguments train.py rejects (with train.py's message).
     """
     _check_choices("task", tasks_, tasks.TASKS)
     _check_choices("difficulty", difficulties, tasks.DIFFICULTIES)
@@ -160,31 +168,29 @@ def plan_runs(
     if reserved:
         raise ValueError(f"--extra-args must not set {', '.join(reserved)}: the sweep sets them per run "
                          f"(use --tasks, --difficulties, --sizes, --seeds, --logdir)")
-    if fraction is not None:
-        if not fraction > 0:
-            raise ValueError(f"--fraction must be > 0 (a share of each run's default step budget), got {fraction}")
-        if _flag_present(extra_args, "--max-steps"):
-            raise ValueError("give either --fraction or --max-steps in --extra-args, not both")
+    if fraction is not None and not 0 < fraction <= 1:
+        raise ValueError(f"--fraction must be in (0, 1] (the share of each run's step budget to run), got {fraction}")
     plans: list[RunPlan] = []
     for task in tasks_:
         for difficulty in difficulties:
-            budget: list[str] = []
-            if fraction is not None:
-                default = train.DEFAULTS[task][difficulty].max_steps
-                budget = ["--max-steps", str(max(1, round(fraction * default)))]
             for size in sizes:
                 for seed in seeds:
-                    argv = ("--task", task, "--difficulty", difficulty, "--size", size, "--seed", str(seed),
-                            "--logdir", str(logdir), *budget, *extra_args)
+                    argv: tuple[str, ...] = ("--task", task, "--difficulty", difficulty, "--size", size,
+                                             "--seed", str(seed), "--logdir", str(logdir), *extra_args)
                     args = _train_args(argv)
+                    if fraction is not None:
+                        argv = (*argv, "--stop-at-step", str(max(1, round(fraction * args.max_steps))))
+                        args = _train_args(argv)
                     expected = (task, difficulty, size, seed, str(logdir), f"{task}-{difficulty}-{size}-s{seed}", False)
+                    stop = args.max_steps if fraction is None else max(1, round(fraction * args.max_steps))
                     if (args.task, args.difficulty, args.size, args.seed, args.logdir, args.name,
-                            args.resume) != expected or (budget and args.max_steps != int(budget[1])):
+                            args.resume, args.stop_at_step) != (*expected, stop):
                         # an abbreviated flag (argparse accepts --se for --seed) slipped past the check above
                         raise ValueError(f"--extra-args {' '.join(extra_args)} override a flag the sweep sets "
-                                         f"({', '.join(RESERVED_FLAGS)}, or --max-steps with --fraction)")
-                    state, reason = run_state(Path(logdir) / args.name, args.max_steps, args.stop_after_acquisition)
-                    plans.append(RunPlan(task, difficulty, size, seed, args.name, args.max_steps, argv, state, reason))
+                                         f"({', '.join(RESERVED_FLAGS)})")
+                    state, reason = run_state(Path(logdir) / args.name, stop, args.stop_after_acquisition)
+                    plans.append(RunPlan(task, difficulty, size, seed, args.name, args.max_steps, stop, argv, state,
+                                         reason))
     return plans
 
 
@@ -260,7 +266,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
     parser.add_argument("--logdir", default="runs/sweep", help="log folder of the sweep (default: runs/sweep)")
     parser.add_argument("--fraction", type=float, default=None,
-                        help="scale each run's default step budget by this (passed as --max-steps)")
+                        help="run this share of each run's step budget, on the whole budget's schedule "
+                             "(train.py --stop-at-step); a larger share later resumes the same runs")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (default: 1)")
     parser.add_argument("--threads", type=int, default=None,
                         help="OMP_NUM_THREADS per run (default: CPU cores // jobs, at least 1)")
@@ -311,7 +318,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     if args.dry_run:
         for i, plan in enumerate(plans, 1):
             action = {"finished": "skip", "resume": "resume", "fresh": "run"}[plan.state]
-            print(f"[{i}/{total}] {plan.name:<28} {action:<7} ({plan.reason}); max_steps {plan.max_steps}; "
+            print(f"[{i}/{total}] {plan.name:<28} {action:<7} ({plan.reason}); "
+                  f"steps {plan.stop_at_step} of {plan.max_steps}; "
                   f"train.py {' '.join(plan.argv)}{' --resume' if plan.state == 'resume' else ''}")
         return []
     logdir.mkdir(parents=True, exist_ok=True)

@@ -104,6 +104,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--stop-after-acquisition", action="store_true",
                         help="end the run once acquisition is confirmed (calibration sweeps)")
+    parser.add_argument("--stop-at-step", type=int, default=None,
+                        help="end the run at this step (default: --max-steps); the schedule and evaluation cadence "
+                             "still follow --max-steps, so the run is the start of the full one and --resume with a "
+                             "later stop continues it")
     args = parser.parse_args(argv)
     defaults = DEFAULTS[args.task][args.difficulty]
     args.max_steps = defaults.max_steps if args.max_steps is None else args.max_steps
@@ -117,6 +121,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.eval_points < 1:
         parser.error(f"--eval-points must be at least 1, got {args.eval_points}")
+    args.stop_at_step = args.max_steps if args.stop_at_step is None else args.stop_at_step
+    if not 1 <= args.stop_at_step <= args.max_steps:
+        parser.error(f"--stop-at-step must be between 1 and --max-steps ({args.max_steps}), got {args.stop_at_step}")
     try:
         args.measure_names = resolve_measures(args.measures)
     except ValueError as err:
@@ -243,7 +250,7 @@ def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: T
     val_interval = max(1, math.ceil(args.max_steps / args.eval_points))
     checkpoint = EvaluationCheckpoint(Path(logger.log_dir) / "checkpoints", every_n_evals=CHECKPOINT_EVERY_N_EVALS)
     return pl.Trainer(
-        max_steps=args.max_steps,
+        max_steps=args.stop_at_step,  # the module's schedule runs over args.max_steps
         val_check_interval=val_interval,
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
@@ -286,7 +293,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
 
     run_info = {
         "task": args.task, "difficulty": args.difficulty, "size": args.size, "seed": args.seed,
-        "parameters": module.model.num_parameters(), "max_steps": args.max_steps,
+        "parameters": module.model.num_parameters(), "max_steps": args.max_steps, "stop_at_step": args.stop_at_step,
         "batch_size": args.batch_size, "lr": args.lr, "task_params": datamodule.params,
         # what rebuilds the same validation rows offline (python -m capgeo_callbacks.analyze)
         "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,
@@ -312,8 +319,10 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
 def print_summary(summary: dict[str, Any], trainer: pl.Trainer) -> None:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     print(f"\nrun folder: {summary['run_dir']}  ({summary['wall_seconds']:.0f} s)")
+    steps, budget = summary.get("steps", summary.get("stop_at_step")), summary["max_steps"]
     print(f"{summary['task']}/{summary['difficulty']} size {summary['size']} "
-          f"({summary['parameters']:,} parameters), {summary['max_steps']} steps")
+          f"({summary['parameters']:,} parameters), " + (f"{budget} steps" if steps in (None, budget)
+                                                          else f"{steps} of {budget} steps"))
     if metrics:
         print("final: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())))
     if "verdict" not in summary:

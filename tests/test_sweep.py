@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import sweep
 import train
@@ -43,17 +44,23 @@ def test_run_state_reads_the_run_folder(tmp_path: Path) -> None:
     assert sweep.run_state(run, 40)[0] == "resume"
 
 
-def test_plan_scales_the_default_budget_and_keeps_eval_points(tmp_path: Path) -> None:
+def test_plan_stops_at_a_fraction_of_the_budget_it_keeps(tmp_path: Path) -> None:
     plans = sweep.plan_runs(["sort", "mod"], ["easy", "hard"], ["xs"], [0, 3], tmp_path, fraction=0.01)
     assert [p.name for p in plans] == [f"{t}-{d}-xs-s{s}" for t in ("sort", "mod") for d in ("easy", "hard")
                                        for s in (0, 3)]
     for plan in plans:
-        assert plan.max_steps == round(0.01 * train.DEFAULTS[plan.task][plan.difficulty].max_steps)
-        assert plan.argv[plan.argv.index("--max-steps") + 1] == str(plan.max_steps)
+        budget = train.DEFAULTS[plan.task][plan.difficulty].max_steps
+        # the schedule still spans the whole budget; the run only ends early
+        assert plan.max_steps == budget and "--max-steps" not in plan.argv
+        assert plan.stop_at_step == round(0.01 * budget)
+        assert plan.argv[plan.argv.index("--stop-at-step") + 1] == str(plan.stop_at_step)
         assert "--eval-points" not in plan.argv and plan.state == "fresh"
+    own_budget = sweep.plan_runs(["sort"], ["easy"], ["xs"], [0], tmp_path, fraction=0.25,
+                                 extra_args=["--max-steps", "1000"])
+    assert (own_budget[0].max_steps, own_budget[0].stop_at_step) == (1000, 250)
     kept = sweep.plan_runs(["sort"], ["easy"], ["xs"], [0], tmp_path, extra_args=["--eval-points", "8"])
-    assert kept[0].max_steps == train.DEFAULTS["sort"]["easy"].max_steps and kept[0].argv[-2:] == ("--eval-points",
-                                                                                                   "8")
+    assert kept[0].max_steps == kept[0].stop_at_step == train.DEFAULTS["sort"]["easy"].max_steps
+    assert kept[0].argv[-2:] == ("--eval-points", "8")
 
 
 @pytest.mark.parametrize(
@@ -63,9 +70,10 @@ def test_plan_scales_the_default_budget_and_keeps_eval_points(tmp_path: Path) ->
      ({"sizes": ["giant"]}, "valid: xs, s, m"),
      ({"extra_args": ["--seed", "3"]}, "must not set --seed"),
      ({"extra_args": ["--name=x"]}, "must not set --name"),
-     ({"fraction": 0.5, "extra_args": ["--max-steps", "10"]}, "either --fraction or --max-steps"),
-     ({"fraction": 0.5, "extra_args": ["--max", "10"]}, "override a flag"),  # argparse abbreviation
-     ({"fraction": 0.0}, "must be > 0"),
+     ({"extra_args": ["--stop-at-step", "10"]}, "must not set --stop-at-step"),
+     ({"extra_args": ["--stop-at", "10"]}, "override a flag"),  # argparse abbreviation
+     ({"fraction": 0.0}, "must be in (0, 1]"),
+     ({"fraction": 1.5}, "must be in (0, 1]"),
      ({"extra_args": ["--bogus"]}, "unrecognized arguments: --bogus")],
 )
 def test_bad_arguments_are_clear_errors(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
@@ -86,7 +94,7 @@ def test_cli_error_names_valid_choices_and_dry_run_runs_nothing(
                        "--fraction", "0.01", "--dry-run"]) == []
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("[1/2] sort-hard-xs-s0") and " skip " in lines[0]
-    assert lines[1].startswith("[2/2] sort-hard-xs-s1") and " run " in lines[1] and "--max-steps 60" in lines[1]
+    assert lines[1].startswith("[2/2] sort-hard-xs-s1") and " run " in lines[1] and "--stop-at-step 60" in lines[1]
     assert not (tmp_path / "sort-hard-xs-s1").exists()
 
 
@@ -99,26 +107,39 @@ def test_threads_per_run_shares_the_cores() -> None:
 
 @pytest.mark.slow
 def test_real_run_is_started_resumed_and_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = ["--tasks", "sort", "--difficulties", "easy", "--sizes", "xs", "--logdir", str(tmp_path), "--threads", "1",
-            "--extra-args", "--eval-points", "4", "--measures", "rankme"]
-    run_root = tmp_path / "sort-easy-xs-s0"
+    def sweep_args(logdir: Path, *flags: str) -> list[str]:
+        return ["--tasks", "sort", "--difficulties", "easy", "--sizes", "xs", "--logdir", str(logdir),
+                "--threads", "1", *flags, "--extra-args", "--max-steps", "32", "--eval-points", "8",
+                "--measures", "rankme"]
+    run_root = tmp_path / "sweep" / "sort-easy-xs-s0"
 
-    first = sweep.main([*base, "--max-steps", "16"])
+    # the first half of a 32-step run: its schedule and evaluation cadence are the whole run's
+    first = sweep.main(sweep_args(tmp_path / "sweep", "--fraction", "0.5"))
     assert [(r["action"], r["returncode"]) for r in first] == [("done", 0)]
-    assert first[0]["summary"]["steps"] == 16
+    assert (first[0]["summary"]["steps"], first[0]["summary"]["max_steps"]) == (16, 32)
     assert "done" in capsys.readouterr().out
 
-    # a larger budget: the finished run is extended from its last checkpoint, in the same version folder
-    second = sweep.main([*base, "--max-steps", "32"])
+    # the whole budget: the stopped run is extended from its last checkpoint, in the same version folder
+    second = sweep.main(sweep_args(tmp_path / "sweep"))
     assert [(r["action"], r["returncode"]) for r in second] == [("resumed", 0)]
     assert [p.name for p in run_root.glob("version_*")] == ["version_0"]
     summary = json.loads((run_root / "version_0" / sweep.SUMMARY).read_text())
     assert summary["steps"] == 32
     steps = [point[0] for point in summary["series"]["acc"]]
-    assert steps[:4] == [4, 8, 12, 16] and steps[-1] == 32  # the first part's history survived the resume
+    assert steps == [4, 8, 12, 16, 20, 24, 28, 32]  # the first part's history survived the resume, no gap
     log = (run_root / sweep.LOG_NAME).read_text()
     assert "OMP_NUM_THREADS=1" in log and log.count("--resume") == 1
 
-    third = sweep.main([*base, "--max-steps", "32"])
+    third = sweep.main(sweep_args(tmp_path / "sweep"))
     assert [(r["action"], r["returncode"]) for r in third] == [("skipped", 0)]
     assert "skipped  (finished: version_0: 32 steps)" in capsys.readouterr().out
+
+    # stopping at half and resuming is the same training as one unbroken run
+    whole = sweep.main(sweep_args(tmp_path / "whole"))
+    assert [(r["action"], r["returncode"]) for r in whole] == [("done", 0)]
+    assert whole[0]["summary"]["series"] == summary["series"]
+    stopped_weights = torch.load(run_root / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    whole_weights = torch.load(tmp_path / "whole" / "sort-easy-xs-s0" / "version_0" / "checkpoints" / "last.ckpt",
+                               weights_only=False)["state_dict"]
+    assert stopped_weights.keys() == whole_weights.keys()
+    assert all(torch.equal(stopped_weights[k], whole_weights[k]) for k in whole_weights)

@@ -49,6 +49,16 @@ def test_bad_measures_and_steps_are_errors() -> None:
         train.parse_args(["--task", "sort", "--max-steps", "0"])
 
 
+@pytest.mark.parametrize("stop", ["0", "101"])
+def test_stop_at_step_outside_the_budget_is_an_error(stop: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        train.parse_args(["--task", "sort", "--max-steps", "100", "--stop-at-step", stop])
+    assert f"--stop-at-step must be between 1 and --max-steps (100), got {stop}" in capsys.readouterr().err
+    args = train.parse_args(["--task", "sort", "--max-steps", "100", "--stop-at-step", "40"])
+    assert (args.max_steps, args.stop_at_step) == (100, 40)
+    assert train.parse_args(["--task", "sort", "--max-steps", "100"]).stop_at_step == 100
+
+
 def test_unwritable_logdir_is_a_clear_error(tmp_path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
