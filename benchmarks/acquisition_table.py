@@ -5,7 +5,8 @@
 
 Each run is ``train.py`` with its defaults (``--stop-after-acquisition`` ends it once acquisition is
 confirmed, so the wall time is the time to acquisition). ``--fraction`` runs only that fraction of
-the default budget (to check that hard tasks are not acquired early).
+the default budget (to check that hard tasks are not acquired early), on the whole budget's learning-rate
+schedule and evaluation cadence (``train.py --stop-at-step``): the first steps of the default run.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def main() -> None:
             steps = max(1, math.ceil(budget * args.fraction))
             with tempfile.TemporaryDirectory() as scratch:
                 logdir = args.logdir or scratch
-                argv = ["--task", task, "--difficulty", difficulty, "--size", args.size, "--max-steps", str(steps),
+                argv = ["--task", task, "--difficulty", difficulty, "--size", args.size, "--stop-at-step", str(steps),
                         "--logdir", logdir, "--no-progress", "--measures", args.measures]
                 if not args.no_stop:
                     argv.append("--stop-after-acquisition")

@@ -2,8 +2,8 @@
 
     OMP_NUM_THREADS=1 python benchmarks/overhead.py --task sort --difficulty hard --fraction 0.05 --repeats 3
 
-Runs the first ``fraction`` of the default run (same evaluation interval as the full run: the step
-budget and the number of evaluation points are both scaled), the two settings interleaved
+Runs the first ``fraction`` of the default run (``train.py --stop-at-step``: the full run's schedule and
+evaluation interval), the two settings interleaved
 ``repeats`` times after a short warm-up run, and prints the median time of each and their ratio
 (target <= 1.05). Times are process CPU time on one thread (``--clock``; see ``benchmarks/_timing.py``),
 which other processes sharing the cores move less than wall time, though still by several percent
@@ -98,10 +98,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     clock = apply_timing_args(args)
     budget = train.DEFAULTS[args.task][args.difficulty].max_steps
     steps = max(1, math.ceil(budget * args.fraction))
-    points = max(1, math.ceil(train.EVALUATION_POINTS * args.fraction))
-    base = ["--task", args.task, "--difficulty", args.difficulty, "--max-steps", str(steps),
-            "--eval-points", str(points)]
-    run([*base, "--max-steps", "5", "--measures", "none"])  # warm-up (imports, allocator)
+    points = steps // math.ceil(budget / train.EVALUATION_POINTS)
+    base = ["--task", args.task, "--difficulty", args.difficulty, "--stop-at-step", str(steps)]
+    run([*base, "--stop-at-step", "5", "--measures", "none"])  # warm-up (imports, allocator)
     callback_seconds: list[float] = []
 
     def measured_run() -> None:
