@@ -656,7 +656,8 @@ def plot_grid(records: Sequence[RunRecord], path: str | Path, dpi: int = 80) -> 
     for record in records:
         cells.setdefault((str(record.summary.get("task", MISSING)), column_key(record.summary)), []).append(record)
     nrows, ncols = max(1, len(tasks)), max(1, len(columns))
-    figure = _figure(max(7.0, 3.2 * ncols + 0.8), 2.6 * nrows + 1.2, dpi)
+    height = 2.6 * nrows + 1.2
+    figure = _figure(max(7.0, 3.2 * ncols + 0.8), height, dpi)
     axes = figure.subplots(nrows, ncols, squeeze=False)
     for i, task in enumerate(tasks):
         for j, column in enumerate(columns):
@@ -681,7 +682,7 @@ def plot_grid(records: Sequence[RunRecord], path: str | Path, dpi: int = 80) -> 
                 axis.set_xlabel("step", fontsize=8)
     figure.suptitle("RankMe per layer (colour: shallow to deep, log scale)\n"
                     "accuracy (black, right axis, 0-1), acquisition (red dashed)", fontsize=10)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.7 / height))  # keep the two title lines clear of row one
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
