@@ -13,11 +13,11 @@ sweep reads what the folder holds:
 - resumable: otherwise, when the newest ``version_*`` (the one ``train.py --resume`` picks) has
   ``checkpoints/last.ckpt``: rerun with ``--resume``, which continues in that folder (also how a finished
   run is extended when ``--fraction`` grows);
+- fresh: anything else (no folder, or a folder killed before its first checkpoint): a new ``version_*``.
 
 ``--fraction F`` runs the first F of each run's budget: train.py's ``--stop-at-step``, with the
 learning-rate schedule and evaluation cadence of the whole budget, so the stopped run is exactly the start
 of the full one and the report's progress axis (step / max_steps) stays comparable across sizes.
-- fresh: anything else (no folder, or a folder killed before its first checkpoint): a new ``version_*``.
 
 Threads: each run gets ``OMP_NUM_THREADS`` = cores // jobs (``--threads`` overrides), so ``--jobs 2`` on a
 2-core machine runs two single-threaded runs side by side.
@@ -178,16 +178,17 @@ def plan_runs(
                     argv: tuple[str, ...] = ("--task", task, "--difficulty", difficulty, "--size", size,
                                              "--seed", str(seed), "--logdir", str(logdir), *extra_args)
                     args = _train_args(argv)
-                    if fraction is not None:
-                        argv = (*argv, "--stop-at-step", str(max(1, round(fraction * args.max_steps))))
-                        args = _train_args(argv)
-                    expected = (task, difficulty, size, seed, str(logdir), f"{task}-{difficulty}-{size}-s{seed}", False)
-                    stop = args.max_steps if fraction is None else max(1, round(fraction * args.max_steps))
+                    expected = (task, difficulty, size, seed, str(logdir), f"{task}-{difficulty}-{size}-s{seed}",
+                                False, args.max_steps)
                     if (args.task, args.difficulty, args.size, args.seed, args.logdir, args.name,
-                            args.resume, args.stop_at_step) != (*expected, stop):
+                            args.resume, args.stop_at_step) != expected:
                         # an abbreviated flag (argparse accepts --se for --seed) slipped past the check above
                         raise ValueError(f"--extra-args {' '.join(extra_args)} override a flag the sweep sets "
                                          f"({', '.join(RESERVED_FLAGS)})")
+                    stop = args.max_steps
+                    if fraction is not None:  # in (0, 1], so 1 <= stop <= max_steps, as train.py requires
+                        stop = max(1, round(fraction * args.max_steps))
+                        argv = (*argv, "--stop-at-step", str(stop))
                     state, reason = run_state(Path(logdir) / args.name, stop, args.stop_after_acquisition)
                     plans.append(RunPlan(task, difficulty, size, seed, args.name, args.max_steps, stop, argv, state,
                                          reason))

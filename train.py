@@ -246,8 +246,13 @@ class EvaluationCheckpoint(Callback):
         self.evaluations = int(state_dict.get("evaluations", 0))
 
 
+def validation_interval(max_steps: int, eval_points: int = EVALUATION_POINTS) -> int:
+    """Steps between validations: ``eval_points`` spread over the whole budget (also under ``--stop-at-step``)."""
+    return max(1, math.ceil(max_steps / eval_points))
+
+
 def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: TensorBoardLogger) -> pl.Trainer:
-    val_interval = max(1, math.ceil(args.max_steps / args.eval_points))
+    val_interval = validation_interval(args.max_steps, args.eval_points)
     checkpoint = EvaluationCheckpoint(Path(logger.log_dir) / "checkpoints", every_n_evals=CHECKPOINT_EVERY_N_EVALS)
     return pl.Trainer(
         max_steps=args.stop_at_step,  # the module's schedule runs over args.max_steps

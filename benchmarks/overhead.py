@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     clock = apply_timing_args(args)
     budget = train.DEFAULTS[args.task][args.difficulty].max_steps
     steps = max(1, math.ceil(budget * args.fraction))
-    points = steps // math.ceil(budget / train.EVALUATION_POINTS)
+    points = steps // train.validation_interval(budget)
     base = ["--task", args.task, "--difficulty", args.difficulty, "--stop-at-step", str(steps)]
     run([*base, "--stop-at-step", "5", "--measures", "none"])  # warm-up (imports, allocator)
     callback_seconds: list[float] = []
