@@ -16,7 +16,6 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from capgeo_callbacks import (
     RankMeMonitor,
 )
 from models import SIZES, CapabilityModule
+from tasks.budgets import budget
 
 log = logging.getLogger("capgeo.train")
 
@@ -43,39 +43,8 @@ EVALUATION_POINTS = 256  # spec §5: about 256 evaluations per run
 MEASURES = ("rankme", "probes", "grad_rank", "hessian", "llc")
 DEFAULT_MEASURES = ("rankme", "probes")
 PROBE_ROWS = 2048  # RankMe rows per layer (spec §6.1)
-MIN_VAL_EXAMPLES = 256
+MIN_VAL_EXAMPLES = 512  # spec §3: every evaluation split holds at least 512 distinct questions
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
-
-
-@dataclass(frozen=True)
-class TrainingDefaults:
-    max_steps: int
-    batch_size: int
-    lr: float
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-
-
-# Calibrated for the smallest size on 2 CPU cores (README, "Calibration"): easy tasks are acquired in a
-# few minutes; hard ones run up to ~20 minutes.
-_EASY = TrainingDefaults(max_steps=3000, batch_size=64, lr=1e-3)
-_MEDIUM = TrainingDefaults(max_steps=6000, batch_size=64, lr=1e-3)
-_HARD = TrainingDefaults(max_steps=12000, batch_size=64, lr=1e-3)
-DEFAULTS: dict[str, dict[str, TrainingDefaults]] = {
-    task: {"easy": _EASY, "medium": _MEDIUM, "hard": _HARD} for task in tasks.TASKS
-}
-DEFAULTS["mod"]["hard"] = TrainingDefaults(max_steps=15000, batch_size=64, lr=1e-3)
-DEFAULTS["sort"]["hard"] = TrainingDefaults(max_steps=6000, batch_size=64, lr=1e-3)
-# Selective copying is learned in ~500 steps at any length tried: a short budget keeps its first tenth
-# free of acquisition while the whole story still fits in it.
-DEFAULTS["copy"]["hard"] = TrainingDefaults(max_steps=3000, batch_size=64, lr=1e-3)
-# The longest hard sequences (T = 45-64) cost 0.15-0.19 s a step on one core: shorter budgets keep
-# their default runs near 20 minutes (none of them is acquired by the xs model in its first 1,200 steps).
-DEFAULTS["reverse"]["hard"] = TrainingDefaults(max_steps=8000, batch_size=64, lr=1e-3)
-DEFAULTS["deduce"]["hard"] = TrainingDefaults(max_steps=8000, batch_size=64, lr=1e-3)
-DEFAULTS["compare"]["hard"] = TrainingDefaults(max_steps=10000, batch_size=64, lr=1e-3)
-# One stated fact over 26 letters: a long plateau at chance, then acquisition near step 2,100.
-DEFAULTS["deduce"]["easy"] = TrainingDefaults(max_steps=5000, batch_size=64, lr=1e-3)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -85,7 +54,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--task", required=True, choices=tasks.TASKS, help="algorithmic task")
     parser.add_argument("--difficulty", default="hard", choices=tasks.DIFFICULTIES, help="task difficulty")
-    parser.add_argument("--size", default=next(iter(SIZES)), choices=list(SIZES), help="model size")
+    parser.add_argument("--size", default=None, choices=list(SIZES), help="model size (default: per task)")
     parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: per task)")
     parser.add_argument("--batch-size", type=int, default=None, help="batch size (default: per task)")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per task)")
@@ -109,10 +78,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "still follow --max-steps, so the run is the start of the full one and --resume with a "
                              "later stop continues it")
     args = parser.parse_args(argv)
-    defaults = DEFAULTS[args.task][args.difficulty]
+    defaults = budget(args.task, args.difficulty)
     args.max_steps = defaults.max_steps if args.max_steps is None else args.max_steps
     args.batch_size = defaults.batch_size if args.batch_size is None else args.batch_size
     args.lr = defaults.lr if args.lr is None else args.lr
+    args.size = defaults.size if args.size is None else args.size
     args.warmup_steps = min(defaults.warmup_steps, max(1, args.max_steps // 10))
     args.weight_decay = defaults.weight_decay
     if args.max_steps < 1:

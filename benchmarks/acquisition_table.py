@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tasks  # noqa: E402
 import train  # noqa: E402
+from tasks.budgets import budget  # noqa: E402
 
 
 def main() -> None:
@@ -43,8 +44,8 @@ def main() -> None:
     rows = []
     for difficulty in args.difficulties:
         for task in args.tasks:
-            budget = train.DEFAULTS[task][difficulty].max_steps
-            steps = max(1, math.ceil(budget * args.fraction))
+            steps_budget = budget(task, difficulty).max_steps
+            steps = max(1, math.ceil(steps_budget * args.fraction))
             with tempfile.TemporaryDirectory() as scratch:
                 logdir = args.logdir or scratch
                 argv = ["--task", task, "--difficulty", difficulty, "--size", args.size, "--stop-at-step", str(steps),
@@ -54,7 +55,7 @@ def main() -> None:
                 started = time.perf_counter()
                 summary = train.main(argv)
                 wall = time.perf_counter() - started
-            row = {"task": task, "difficulty": difficulty, "size": args.size, "budget": budget, "ran": steps,
+            row = {"task": task, "difficulty": difficulty, "size": args.size, "budget": steps_budget, "ran": steps,
                    "steps_run": summary.get("steps"), "acquisition_step": summary.get("acquisition_step"),
                    "final_acc": (summary.get("series", {}).get("acc") or [[None, None]])[-1][1],
                    "verdict": summary.get("verdict"), "gap": summary.get("gap"), "wall_s": round(wall, 1),

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import capgeo_callbacks  # noqa: E402
 import train  # noqa: E402
 from benchmarks._timing import CLOCKS, add_timing_args, apply_timing_args, interleaved, median  # noqa: E402
+from tasks.budgets import budget  # noqa: E402
 
 
 class CallbackClock:
@@ -96,9 +97,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--measures", default="default", help="the measured setting (vs 'none')")
     args = parser.parse_args(argv)
     clock = apply_timing_args(args)
-    budget = train.DEFAULTS[args.task][args.difficulty].max_steps
-    steps = max(1, math.ceil(budget * args.fraction))
-    points = steps // train.validation_interval(budget)
+    steps_budget = budget(args.task, args.difficulty).max_steps
+    steps = max(1, math.ceil(steps_budget * args.fraction))
+    points = steps // train.validation_interval(steps_budget)
     base = ["--task", args.task, "--difficulty", args.difficulty, "--stop-at-step", str(steps)]
     run([*base, "--stop-at-step", "5", "--measures", "none"])  # warm-up (imports, allocator)
     callback_seconds: list[float] = []

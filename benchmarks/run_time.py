@@ -21,12 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tasks  # noqa: E402
 import train  # noqa: E402
+from tasks.budgets import budget  # noqa: E402
 
 SHORT, LONG = 24, 144
 
 
-def timed_run(task: str, difficulty: str, steps: int, budget: int) -> float:
-    points = max(1, math.ceil(train.EVALUATION_POINTS * steps / budget))
+def timed_run(task: str, difficulty: str, steps: int, steps_budget: int) -> float:
+    points = max(1, math.ceil(train.EVALUATION_POINTS * steps / steps_budget))
     with tempfile.TemporaryDirectory() as logdir:
         started = time.perf_counter()
         train.main(["--task", task, "--difficulty", difficulty, "--max-steps", str(steps), "--eval-points",
@@ -43,11 +44,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     torch.set_num_threads(args.threads)
     projected: dict[str, float] = {}
     for task in args.tasks:
-        budget = train.DEFAULTS[task][args.difficulty].max_steps
-        per_step = (timed_run(task, args.difficulty, LONG, budget) - timed_run(task, args.difficulty, SHORT, budget))
+        steps_budget = budget(task, args.difficulty).max_steps
+        long_run = timed_run(task, args.difficulty, LONG, steps_budget)
+        per_step = long_run - timed_run(task, args.difficulty, SHORT, steps_budget)
         per_step /= LONG - SHORT
-        projected[task] = per_step * budget
-        print(f"{task}/{args.difficulty}: {per_step:.3f} s a step, budget {budget} steps: projected "
+        projected[task] = per_step * steps_budget
+        print(f"{task}/{args.difficulty}: {per_step:.3f} s a step, budget {steps_budget} steps: projected "
               f"{projected[task] / 60:.1f} min ({args.threads} thread(s))", flush=True)
     return projected
 

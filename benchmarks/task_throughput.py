@@ -28,10 +28,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tasks  # noqa: E402
-import train  # noqa: E402
 from benchmarks._timing import add_timing_args, apply_timing_args, interleaved, median  # noqa: E402
 from models import build_model  # noqa: E402
 from models.lightning_module import answer_loss  # noqa: E402
+from tasks.budgets import budget  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     print(f"{'task':<9}{'level':<8}{'T':>4}{'batch':>6}{'generate/s':>12}{'train/s':>10}{'ratio':>9}")
     results = []
     for difficulty, task in itertools.product(args.difficulties, args.tasks):
-        batch_size = train.DEFAULTS[task][difficulty].batch_size
+        batch_size = budget(task, difficulty).batch_size
         torch.manual_seed(0)
         datamodule = tasks.make_datamodule(task, difficulty, seed=0, batch_size=batch_size)
         model = build_model(args.size, datamodule.vocab_size, datamodule.seq_len).train()

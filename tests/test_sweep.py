@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import sweep
-import train
+from tasks.budgets import budget
 
 
 def make_version(run_root: Path, version: int, summary: dict[str, Any] | None = None, ckpt: bool = False) -> Path:
@@ -49,17 +49,17 @@ def test_plan_stops_at_a_fraction_of_the_budget_it_keeps(tmp_path: Path) -> None
     assert [p.name for p in plans] == [f"{t}-{d}-xs-s{s}" for t in ("sort", "mod") for d in ("easy", "hard")
                                        for s in (0, 3)]
     for plan in plans:
-        budget = train.DEFAULTS[plan.task][plan.difficulty].max_steps
+        steps_budget = budget(plan.task, plan.difficulty).max_steps
         # the schedule still spans the whole budget; the run only ends early
-        assert plan.max_steps == budget and "--max-steps" not in plan.argv
-        assert plan.stop_at_step == round(0.01 * budget)
+        assert plan.max_steps == steps_budget and "--max-steps" not in plan.argv
+        assert plan.stop_at_step == round(0.01 * steps_budget)
         assert plan.argv[plan.argv.index("--stop-at-step") + 1] == str(plan.stop_at_step)
         assert "--eval-points" not in plan.argv and plan.state == "fresh"
     own_budget = sweep.plan_runs(["sort"], ["easy"], ["xs"], [0], tmp_path, fraction=0.25,
                                  extra_args=["--max-steps", "1000"])
     assert (own_budget[0].max_steps, own_budget[0].stop_at_step) == (1000, 250)
     kept = sweep.plan_runs(["sort"], ["easy"], ["xs"], [0], tmp_path, extra_args=["--eval-points", "8"])
-    assert kept[0].max_steps == kept[0].stop_at_step == train.DEFAULTS["sort"]["easy"].max_steps
+    assert kept[0].max_steps == kept[0].stop_at_step == budget("sort", "easy").max_steps
     assert kept[0].argv[-2:] == ("--eval-points", "8")
 
 
