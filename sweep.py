@@ -41,10 +41,11 @@ from typing import Any, Literal
 
 import tasks
 import train
+from capgeo_callbacks.summary import SUMMARY_FILENAME
 from models import SIZES
 
 ROOT = Path(__file__).resolve().parent
-SUMMARY = "capgeo_summary.json"
+
 LOG_NAME = "sweep.log"
 # train.py flags the sweep sets itself for every run; in --extra-args they would break naming or resuming.
 RESERVED_FLAGS = ("--task", "--difficulty", "--size", "--seed", "--logdir", "--name", "--resume", "--stop-at-step")
@@ -122,7 +123,7 @@ def run_state(run_root: Path, stop_at_step: int, stop_after_acquisition: bool = 
 def _read_summary(version: Path) -> dict[str, Any] | None:
     """The summary in a ``version_*`` folder, or None if absent or unreadable (cut short by a crash)."""
     try:
-        summary = json.loads((version / SUMMARY).read_text())
+        summary = json.loads((version / SUMMARY_FILENAME).read_text())
     except (OSError, ValueError):
         return None
     return summary if isinstance(summary, dict) else None

@@ -9,7 +9,6 @@ the precursor verdict at the end.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -26,6 +25,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 import tasks
 from capgeo_callbacks import (
+    EvaluationSchedule,
     GradientRankMonitor,
     HessianMonitor,
     LinearProbeMonitor,
@@ -33,17 +33,19 @@ from capgeo_callbacks import (
     PrecursorDetector,
     RankMeMonitor,
 )
+from capgeo_callbacks.schedule import SCHEDULES
+from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, verdict_table
 from models import SIZES, CapabilityModule
 from tasks.budgets import budget
 
 log = logging.getLogger("capgeo.train")
 
-EVALUATION_POINTS = 256  # spec §5: about 256 evaluations per run
+EVALUATION_POINTS = 256  # about 256 evaluations per run (docs/design.md, "When to measure")
 # Measures `--measures` can name; "default" is rankme + probes, "all" adds the costly ones.
 MEASURES = ("rankme", "probes", "grad_rank", "hessian", "llc")
 DEFAULT_MEASURES = ("rankme", "probes")
-PROBE_ROWS = 2048  # RankMe rows per layer (spec §6.1)
-MIN_VAL_EXAMPLES = 512  # spec §3: every evaluation split holds at least 512 distinct questions
+PROBE_ROWS = 2048  # RankMe rows per layer (docs/design.md, "RankMe rows")
+MIN_VAL_EXAMPLES = 512  # every evaluation split holds at least 512 distinct questions
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
 
 
@@ -63,13 +65,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--measures", default="default",
         help=f"'default', 'none', 'all', or a comma-separated list of: {', '.join(MEASURES)}",
     )
-    parser.add_argument("--eval-points", type=int, default=EVALUATION_POINTS, help="evaluations per run")
+    parser.add_argument("--eval-points", type=int, default=EVALUATION_POINTS, help="evaluations per run (about)")
+    parser.add_argument("--eval-schedule", default="geometric", choices=SCHEDULES,
+                        help="when to evaluate: 'geometric' (step 0, a quarter of the points geometrically over the "
+                             "first tenth of the budget, the rest evenly) or 'linear' (step 0, then evenly)")
     parser.add_argument("--logdir", default="runs", help="TensorBoard log folder")
     parser.add_argument("--name", default=None, help="run name (default: TASK-DIFFICULTY-SIZE-sSEED)")
     parser.add_argument("--resume", action="store_true", help="resume the latest version of this run")
     parser.add_argument("--devices", default="1", help="Lightning devices (e.g. 1, 2, auto)")
     parser.add_argument("--strategy", default="auto", help="Lightning strategy (e.g. auto, ddp)")
-    parser.add_argument("--accelerator", default="cpu", help="Lightning accelerator (cpu, gpu, auto)")
+    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (auto, cpu, gpu, ...)")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="also keep the weights after every evaluation (checkpoints/step=N.ckpt), for offline "
+                             "analysis (python -m capgeo_callbacks.offline RUN_DIR)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--stop-after-acquisition", action="store_true",
                         help="end the run once acquisition is confirmed (calibration sweeps)")
@@ -173,7 +181,7 @@ class StopAfterAcquisition(Callback):
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         detectors = [cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)]
-        if detectors and detectors[0].tracker.acquired_step is not None:
+        if detectors and detectors[0].acquired_step is not None:
             trainer.should_stop = True
 
 
@@ -194,15 +202,19 @@ class EvaluationCheckpoint(Callback):
     validation's values and the resumed run goes on with the next training step.
     """
 
-    def __init__(self, dirpath: Path, every_n_evals: int) -> None:
-        self.path = Path(dirpath) / "last.ckpt"
+    def __init__(self, dirpath: Path, every_n_evals: int, keep_every_evaluation: bool = False) -> None:
+        self.dirpath = Path(dirpath)
+        self.path = self.dirpath / "last.ckpt"
         self.every_n_evals = every_n_evals
+        self.keep_every_evaluation = keep_every_evaluation
         self.evaluations = 0
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
         self.evaluations += 1
+        if self.keep_every_evaluation:  # the weights only: what offline analysis measures
+            trainer.save_checkpoint(self.dirpath / f"step={trainer.global_step}.ckpt", weights_only=True)
         if self.evaluations % self.every_n_evals == 0:
             trainer.save_checkpoint(self.path)  # every rank calls it; rank zero writes
 
@@ -217,24 +229,27 @@ class EvaluationCheckpoint(Callback):
 
 
 def validation_interval(max_steps: int, eval_points: int = EVALUATION_POINTS) -> int:
-    """Steps between validations: ``eval_points`` spread over the whole budget (also under ``--stop-at-step``)."""
-    return max(1, math.ceil(max_steps / eval_points))
+    """Steps between validations of the ``linear`` schedule over ``max_steps``."""
+    return max(1, math.ceil(max_steps / max(1, eval_points - 1)))
 
 
 def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: TensorBoardLogger) -> pl.Trainer:
-    val_interval = validation_interval(args.max_steps, args.eval_points)
-    checkpoint = EvaluationCheckpoint(Path(logger.log_dir) / "checkpoints", every_n_evals=CHECKPOINT_EVERY_N_EVALS)
+    """The Trainer of a run: validation at the schedule's steps over the whole budget (also under
+    ``--stop-at-step``), checkpoints after validations, deterministic kernels."""
+    schedule = EvaluationSchedule(max_steps=args.max_steps, points=args.eval_points, schedule=args.eval_schedule)
+    checkpoint = EvaluationCheckpoint(Path(logger.log_dir) / "checkpoints", every_n_evals=CHECKPOINT_EVERY_N_EVALS,
+                                      keep_every_evaluation=args.keep_checkpoints)
     return pl.Trainer(
-        max_steps=args.stop_at_step,  # the module's schedule runs over args.max_steps
-        val_check_interval=val_interval,
+        max_steps=args.stop_at_step,  # the module's schedule and the evaluation schedule run over args.max_steps
+        val_check_interval=1,  # the EvaluationSchedule decides which steps validate
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
-        log_every_n_steps=max(1, min(50, val_interval)),
+        log_every_n_steps=max(1, min(50, validation_interval(args.max_steps, args.eval_points))),
         accelerator=args.accelerator,
         devices=args.devices,
         strategy=args.strategy,
         logger=logger,
-        callbacks=[*callbacks, checkpoint],
+        callbacks=[*callbacks, schedule, checkpoint],
         enable_checkpointing=False,
         enable_progress_bar=not args.no_progress,
         enable_model_summary=False,
@@ -269,6 +284,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     run_info = {
         "task": args.task, "difficulty": args.difficulty, "size": args.size, "seed": args.seed,
         "parameters": module.model.num_parameters(), "max_steps": args.max_steps, "stop_at_step": args.stop_at_step,
+        "eval_schedule": args.eval_schedule, "eval_points": args.eval_points,
         "batch_size": args.batch_size, "lr": args.lr, "task_params": datamodule.params,
         # what rebuilds the same validation rows offline (python -m capgeo_callbacks.analyze)
         "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,
@@ -283,10 +299,10 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     wall = time.perf_counter() - started
 
     summary = {"run_dir": logger.log_dir, "wall_seconds": wall, **run_info}
-    summary_path = Path(logger.log_dir) / "capgeo_summary.json"
+    summary_path = Path(logger.log_dir) / SUMMARY_FILENAME
     if trainer.is_global_zero:
         if summary_path.exists():
-            summary = {**json.loads(summary_path.read_text()), "run_dir": logger.log_dir, "wall_seconds": wall}
+            summary = {**read_summary(summary_path), "run_dir": logger.log_dir, "wall_seconds": wall}
         print_summary(summary, trainer)
     return summary
 
@@ -294,28 +310,14 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
 def print_summary(summary: dict[str, Any], trainer: pl.Trainer) -> None:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     print(f"\nrun folder: {summary['run_dir']}  ({summary['wall_seconds']:.0f} s)")
-    steps, budget = summary.get("steps", summary.get("stop_at_step")), summary["max_steps"]
+    steps, steps_budget = summary.get("steps", summary.get("stop_at_step")), summary["max_steps"]
     print(f"{summary['task']}/{summary['difficulty']} size {summary['size']} "
-          f"({summary['parameters']:,} parameters), " + (f"{budget} steps" if steps in (None, budget)
-                                                          else f"{steps} of {budget} steps"))
+          f"({summary['parameters']:,} parameters), " + (f"{steps_budget} steps" if steps in (None, steps_budget)
+                                                          else f"{steps} of {steps_budget} steps"))
     if metrics:
         print("final: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())))
-    if "verdict" not in summary:
-        return
-    print(f"acquisition step: {summary.get('acquisition_step')}   "
-          f"log-prob emergence step: {summary.get('logprob_emergence_step')}")
-    print(f"verdict: {summary['verdict']}   gap: {summary.get('gap')} steps   "
-          f"layer-order rho: {summary.get('layer_order_rho')}")
-    layers = summary.get("layers", {})
-    if layers:
-        header = f"{'layer':<16}{'collapse':>10}{'floor':>9}{'recovery':>10}  verdict"
-        print(header)
-        print("-" * len(header))
-        for name, info in layers.items():
-            floor = info.get("floor")
-            print(f"{name:<16}{str(info.get('collapse_step')):>10}"
-                  f"{'' if floor is None else f'{floor:.2f}':>9}{str(info.get('recovery_step')):>10}  "
-                  f"{info.get('verdict')}")
+    if "verdict" in summary:
+        print(verdict_table(summary))
 
 
 if __name__ == "__main__":

@@ -1,1 +1,1 @@
-"""capgeo's benchmarks: one script a figure, each a ratio measured in one run (spec §12)."""
+"""capgeo's benchmarks: one script a figure, each a ratio measured in one run ."""

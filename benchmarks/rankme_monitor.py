@@ -14,7 +14,7 @@ rows, 2048 of them). Times, interleaved and
 - ``svd``: one ``torch.linalg.svdvals`` per watched layer on the rows the monitor captures (float32,
   as captured; ``svd64`` is the same in float64, printed for reference).
 
-The floor is plain + svd; the figure is monitor / floor (spec §12 target: <= 1.2). The model is first
+The floor is plain + svd; the figure is monitor / floor (target: <= 1.2). The model is first
 trained ``--train-steps`` steps (AdamW, train.py's learning rate) so that the hidden states are not
 those of initialisation.
 """

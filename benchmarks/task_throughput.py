@@ -11,7 +11,7 @@ and ``repeats`` times each after a warm-up:
   (forward, answer-masked loss, backward, AdamW step; no Lightning, so the fastest consumer).
 
 and prints both as examples per second and their ratio generate / train (how many times faster the
-data arrive than training uses them; spec §12: far above 1).
+data arrive than training uses them; the target is far above 1).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""TensorBoard dashboard pieces: the custom-scalars layout, the layer x step RankMe heatmap, text."""
+"""Dashboard pieces: the TensorBoard custom-scalars layout and the layer x step RankMe heatmap."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-import lightning.pytorch as pl
 import numpy as np
-from lightning.pytorch.loggers import TensorBoardLogger
-
-
-def tensorboard_writers(trainer: pl.Trainer) -> Iterator[object]:
-    """The ``SummaryWriter`` of each TensorBoard logger of ``trainer`` (rank zero only)."""
-    if not trainer.is_global_zero:
-        return
-    for logger in trainer.loggers:
-        if isinstance(logger, TensorBoardLogger):
-            yield logger.experiment
 
 
 def custom_scalars_layout(
@@ -68,7 +57,7 @@ def rankme_heatmap(
             peak = np.nanmax(grid[row])
             if peak > 0:
                 grid[row] /= peak
-        extent = (steps[0], steps[-1], -0.5, len(layers) - 0.5)
+        extent = (steps[0], max(steps[-1], steps[0] + 1), -0.5, len(layers) - 0.5)
         image = axis.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1, extent=extent,
                             interpolation="nearest", origin="lower")
         axis.set_yticks(range(len(layers)), layers)

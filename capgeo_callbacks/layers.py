@@ -59,14 +59,15 @@ def closest_names(query: str, names: Iterable[str], limit: int = 5) -> list[str]
 def short_names(names: Sequence[str]) -> dict[str, str]:
     """Tag names for layers: the full names with their shared leading components removed.
 
-    ``model.blocks.0, model.blocks.1, model.norm_f`` -> ``blocks.0, blocks.1, norm_f``.
+    ``model.blocks.0, model.blocks.1, model.norm_f`` -> ``blocks.0, blocks.1, norm_f``. A number keeps the
+    name of its container (``transformer.h.0, transformer.h.1`` -> ``h.0, h.1``, not ``0, 1``), and a single
+    layer keeps its full name.
     """
     parts = [name.split(".") for name in names]
     common = 0
-    while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+    while (len(names) > 1 and all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1
+           and not any(p[common + 1].isdigit() for p in parts)):
         common += 1
-    if len(names) == 1:
-        common = 0
     return {name: ".".join(p[common:]) for name, p in zip(names, parts, strict=True)}
 
 

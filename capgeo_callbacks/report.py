@@ -1,7 +1,7 @@
 """Sweep report
 ============
 
-The study's tables and plots from a folder of finished runs (spec §10), read from the runs'
+The study's tables and plots from a folder of finished runs (docs/design.md, "Reports"), read from the runs'
 ``capgeo_summary.json`` files only, so it works for any Lightning module the callbacks watched::
 
     python -m capgeo_callbacks.report runs/sweep            # writes runs/sweep/report/
@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from capgeo_callbacks.detection import spearman
+from capgeo_callbacks.summary import SUMMARY_FILENAME
 
 __all__ = [
     "RunRecord",
@@ -57,7 +58,7 @@ __all__ = [
 
 log = logging.getLogger("capgeo.report")
 
-SUMMARY_FILENAME = "capgeo_summary.json"
+
 MISSING = "—"
 RANKME_PREFIX = "rankme/"
 # Display order of capgeo's difficulty names (any other name sorts after them, alphabetically).
@@ -194,7 +195,7 @@ def precursor_rates(records: Sequence[RunRecord], difficulty: str = "hard") -> l
     Rows, in order:
 
     - ``RankMe verdict``: a run counts when its verdict is ``precursor`` (collapse *and* recovery before
-      acquisition, spec §7), the headline measure;
+      acquisition, docs/design.md), the headline measure;
     - per measure family with a tag per layer (``rankme/*``, ``probe_acc/*``): a run counts when any
       layer's transition preceded acquisition (``measures[tag]["precedes_acquisition"]``: the transition
       lies more than ``window`` evaluations before it; for RankMe this needs no recovery, so it is looser
@@ -435,7 +436,7 @@ def render_markdown(
         "",
         "## Runs",
         "",
-        "Verdict and gap per spec §7 (gap = acquisition step - collapse step). Collapse floor: the lowest "
+        "Verdict and gap per docs/design.md (gap = acquisition step - collapse step). Collapse floor: the lowest "
         "RankMe after the peak of each layer's collapse. Layer-order rho: Spearman of depth with collapse "
         "step (negative = deeper layers collapse first).",
         "",

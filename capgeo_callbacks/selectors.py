@@ -1,32 +1,52 @@
-"""Token selectors: which rows of a (B, T, D) hidden-state tensor a measure uses."""
+"""Token selectors: which rows of a layer's hidden states a measure uses.
+
+Definitions and the measured choice of default: docs/design.md, "RankMe rows".
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
 from torch import Tensor
 
 Selector = str | Callable[[Tensor, Any], Tensor]
-SELECTORS = ("answer", "last", "mean", "all")
+SELECTORS = ("answer", "first_answer", "question_mean", "last", "mean", "all")
+# selectors that read the answer mask of capgeo's tasks (batch[mask_key], True at answer positions)
+ANSWER_SELECTORS = ("answer", "first_answer", "question_mean")
 
 
 class SelectorError(ValueError):
-    """The batch does not carry what the selector needs (for example no answer mask)."""
+    """The batch or the hidden states do not carry what the selector needs (for example no answer mask)."""
 
 
-def validate_selector(selector: Selector) -> None:
+def validate_selector(selector: Any) -> None:
+    """Raise a ValueError naming the valid selectors unless ``selector`` is one of them or a callable."""
     if not callable(selector) and selector not in SELECTORS:
-        raise ValueError(f"unknown token selector {selector!r}; valid: {', '.join(SELECTORS)} or a callable")
+        raise ValueError(f"unknown token selector {selector!r}; valid: {', '.join(SELECTORS)} or a callable "
+                         "(hidden, batch) -> rows")
+
+
+def selector_name(selector: Selector) -> str:
+    """A selector's name for summaries (a callable's qualified name)."""
+    return selector if isinstance(selector, str) else getattr(selector, "__qualname__", type(selector).__name__)
 
 
 def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = "answer_mask") -> Tensor:
-    """Rows (N, D) of ``hidden`` (B, T, D) chosen by ``selector``.
+    """Rows (N, D) of ``hidden`` chosen by ``selector``.
 
-    ``answer``: positions where ``batch[mask_key]`` is true (for capgeo's tasks, the positions that
-    predict answer tokens); ``last``: the last position of each sequence; ``mean``: the mean over
-    positions; ``all``: every position; a callable gets ``(hidden, batch)`` and returns (N, D) rows.
-    A 2-D ``hidden`` (B, D) is used as it is by the built-in selectors.
+    For (B, T, D) hidden states: ``answer``, every position where ``batch[mask_key]`` is true (the
+    positions that predict answer tokens); ``first_answer``, one row per example, the position that
+    predicts the first answer token; ``question_mean``, one row per example, the mean over the positions
+    before it and itself (the question); ``last``, the last real token of each sequence (by
+    ``batch["attention_mask"]`` when the batch has one, so left and right padding give the same rows,
+    else position -1); ``mean``, the mean over real positions; ``all``, every position. (B, D) hidden
+    states are used as they are; (B, C, H, W) feature maps are pooled over space by ``mean`` and
+    flattened to one row per location by ``all``. A callable gets ``(hidden, batch)`` and returns rows.
+
+    Raises:
+        SelectorError: when the batch lacks what the selector needs or the shapes disagree.
     """
     if callable(selector):
         rows = selector(hidden, batch)
@@ -35,21 +55,60 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
         return rows
     if hidden.dim() == 2:
         return hidden
+    if hidden.dim() == 4:
+        if selector == "mean":
+            return hidden.mean(dim=(2, 3))
+        if selector == "all":
+            return hidden.flatten(2).transpose(1, 2).flatten(0, 1)
+        raise SelectorError(f"selector {selector!r} needs (batch, seq, features) hidden states; feature maps of "
+                            f"shape {tuple(hidden.shape)} take 'mean' (pooled over space) or 'all'")
     if hidden.dim() != 3:
-        raise SelectorError(f"expected hidden states of shape (batch, seq, features), got {tuple(hidden.shape)}")
-    if selector == "answer":
-        if not isinstance(batch, Mapping) or mask_key not in batch:
-            raise SelectorError(
-                f"selector 'answer' needs batch[{mask_key!r}], but the batch has "
-                f"{sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__}; "
-                "pass selector='last', 'mean', 'all' or a callable"
-            )
-        mask = batch[mask_key].to(device=hidden.device, dtype=bool)
-        if mask.shape != hidden.shape[:2]:
-            raise SelectorError(f"{mask_key} has shape {tuple(mask.shape)}, hidden states {tuple(hidden.shape)}")
-        return hidden[mask]
+        raise SelectorError(f"expected hidden states of shape (batch, seq, features), (batch, features) or "
+                            f"(batch, channels, height, width), got {tuple(hidden.shape)}")
+    if selector in ANSWER_SELECTORS:
+        mask = _mask(batch, mask_key, hidden, selector)
+        if selector == "answer":
+            return hidden[mask]
+        has_answer = mask.any(dim=1)
+        first = mask.to(torch.int8).argmax(dim=1)  # first answer position of each example
+        if selector == "first_answer":
+            return hidden[has_answer, first[has_answer]]
+        positions = torch.arange(hidden.shape[1], device=hidden.device)
+        question = (positions[None, :] <= first[:, None]).to(hidden.dtype)[has_answer]
+        return (hidden[has_answer] * question[..., None]).sum(dim=1) / question.sum(dim=1, keepdim=True)
+    attention = _attention_mask(batch, hidden)
     if selector == "last":
-        return hidden[:, -1]
+        if attention is None:
+            return hidden[:, -1]
+        positions = torch.arange(hidden.shape[1], device=hidden.device)
+        last = torch.where(attention, positions, -1).amax(dim=1)
+        real = last >= 0
+        return hidden[real, last[real]]
     if selector == "mean":
-        return hidden.mean(dim=1)
-    return hidden.flatten(0, 1)
+        if attention is None:
+            return hidden.mean(dim=1)
+        weights = attention.to(hidden.dtype)
+        real = weights.sum(dim=1) > 0
+        return (hidden * weights[..., None]).sum(dim=1)[real] / weights.sum(dim=1, keepdim=True)[real]
+    return hidden.flatten(0, 1) if attention is None else hidden[attention]
+
+
+def _mask(batch: Any, mask_key: str, hidden: Tensor, selector: str) -> Tensor:
+    if not isinstance(batch, Mapping) or mask_key not in batch:
+        keys = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
+        raise SelectorError(f"selector {selector!r} needs batch[{mask_key!r}], but the batch has {keys}; pass "
+                            "selector='last', 'mean', 'all' or a callable")
+    mask = batch[mask_key].to(device=hidden.device, dtype=torch.bool)
+    if mask.shape != hidden.shape[:2]:
+        raise SelectorError(f"{mask_key} has shape {tuple(mask.shape)}, hidden states {tuple(hidden.shape)}")
+    return mask
+
+
+def _attention_mask(batch: Any, hidden: Tensor) -> Tensor | None:
+    """``batch["attention_mask"]`` as booleans when the batch has one of the hidden states' (B, T) shape."""
+    if not isinstance(batch, Mapping) or "attention_mask" not in batch:
+        return None
+    mask = batch["attention_mask"]
+    if not isinstance(mask, Tensor) or tuple(mask.shape) != tuple(hidden.shape[:2]):
+        return None
+    return mask.to(device=hidden.device, dtype=torch.bool)

@@ -2,10 +2,13 @@
 
 Logged keys:
     ``train/loss``: answer-masked cross-entropy of the training batch.
-    ``val/loss``: answer-masked cross-entropy on the validation set.
+    ``val/loss``: answer-masked cross-entropy on the validation set (per answer token).
     ``val/acc``: exact match of the whole answer (every answer token right under teacher-forced argmax).
-    ``val/logprob``: mean log-probability of the correct answer tokens (the negative of ``val/loss``
-    token-weighted; logged under its own name because detection reads it as "log-prob emergence").
+    ``val/token_acc``: per-token accuracy over answer tokens.
+    ``val/logprob``: mean log-probability of the correct answer tokens (``-val/loss``; logged under its own
+    name because detection reads it as "log-prob emergence").
+(``test/...`` likewise.) Validation metrics are torchmetrics ``MeanMetric`` s: each example (or answer
+token) counts once, across batches of any size and across DDP ranks.
 """
 
 from __future__ import annotations
@@ -15,29 +18,36 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
 
+from capgeo_callbacks.batches import answer_cross_entropy
 from models.sizes import build_model
 
 Batch = dict[str, Tensor]
 
 
+def answer_scores(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> dict[str, Tensor]:
+    """Per example: whether the whole answer is right (B,); per answer token: right or not and the log-prob
+    of the correct token (N,), N = answer tokens in the batch."""
+    log_probs = logits.float().log_softmax(dim=-1)
+    target_log_probs = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    right = logits.argmax(dim=-1) == targets  # (B, T)
+    mask = answer_mask.to(torch.bool)
+    return {"exact": (right | ~mask).all(dim=1).float(), "token_right": right[mask].float(),
+            "token_logprob": target_log_probs[mask]}
+
+
 def answer_loss(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> Tensor:
-    """Mean cross-entropy over answer tokens only."""
-    per_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
-    mask = answer_mask.flatten().to(per_token.dtype)
-    return (per_token * mask).sum() / mask.sum().clamp_min(1.0)
+    """Mean cross-entropy over answer tokens (:func:`capgeo_callbacks.batches.answer_cross_entropy`)."""
+    return answer_cross_entropy(logits, {"targets": targets, "answer_mask": answer_mask})
 
 
 def answer_metrics(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> dict[str, Tensor]:
-    """Exact-match accuracy, mean answer-token log-prob and loss for one batch."""
-    log_probs = logits.float().log_softmax(dim=-1)
-    target_log_probs = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    mask = answer_mask.to(target_log_probs.dtype)
-    logprob = (target_log_probs * mask).sum() / mask.sum().clamp_min(1.0)
-    correct = (logits.argmax(dim=-1) == targets) | ~answer_mask
-    return {"acc": correct.all(dim=1).float().mean(), "logprob": logprob, "loss": -logprob}
+    """One batch's exact-match accuracy, mean answer-token log-prob and loss."""
+    scores = answer_scores(logits, targets, answer_mask)
+    logprob = scores["token_logprob"].mean() if scores["token_logprob"].numel() else torch.zeros(())
+    return {"acc": scores["exact"].mean(), "logprob": logprob, "loss": -logprob}
 
 
 class CapabilityModule(pl.LightningModule):
@@ -72,25 +82,27 @@ class CapabilityModule(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.model = build_model(size, vocab_size, max_seq_len, dropout=dropout)
+        self.metrics = nn.ModuleDict({f"{split}_{name}": MeanMetric() for split in ("val", "test")
+                                      for name in ("acc", "token_acc", "logprob", "loss")})
 
     def forward(self, input_ids: Tensor) -> Tensor:
         return self.model(input_ids)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         logits = self(batch["input_ids"])
-        loss = answer_loss(logits, batch["targets"], batch["answer_mask"])
+        loss = answer_cross_entropy(logits, batch)
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
-    def _evaluate(self, batch: Batch, prefix: str) -> None:
-        logits = self(batch["input_ids"])
-        metrics = answer_metrics(logits, batch["targets"], batch["answer_mask"])
-        batch_size = batch["input_ids"].shape[0]
-        for name, value in metrics.items():
-            self.log(
-                f"{prefix}/{name}", value, on_step=False, on_epoch=True, batch_size=batch_size,
-                sync_dist=True, prog_bar=name == "acc",
-            )
+    def _evaluate(self, batch: Batch, split: str) -> None:
+        scores = answer_scores(self(batch["input_ids"]), batch["targets"], batch["answer_mask"])
+        updates = {"acc": scores["exact"], "token_acc": scores["token_right"], "logprob": scores["token_logprob"],
+                   "loss": -scores["token_logprob"]}
+        for name, values in updates.items():
+            metric = self.metrics[f"{split}_{name}"]
+            metric.update(values)
+            # the metric object: Lightning computes it over the whole set (all ranks) at the epoch's end
+            self.log(f"{split}/{name}", metric, on_step=False, on_epoch=True, prog_bar=name == "acc")
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, "val")

@@ -1,4 +1,4 @@
-"""capgeo's algorithmic tasks as LightningDataModules (spec §3).
+"""capgeo's algorithmic tasks as LightningDataModules.
 
 Nine tasks (``copy``, ``reverse``, ``compare``, ``parity``, ``add``, ``mod``, ``sort``, ``mul``,
 ``deduce``) at three difficulties, generated on the fly from a seed over one shared vocabulary, with

@@ -38,6 +38,10 @@ def test_resolve_layers_in_depth_order() -> None:
     assert names == ["model.blocks.0", "model.blocks.1", "model.blocks.2", "model.norm_f"]
     assert short_names(names) == {n: n.removeprefix("model.") for n in names}
     assert short_names(["model.norm_f"]) == {"model.norm_f": "model.norm_f"}
+    # numbered layers keep their container's name (an HF GPT-2's blocks are transformer.h.<i>)
+    gpt2 = ["transformer.h.0", "transformer.h.1", "transformer.ln_f"]
+    assert short_names(gpt2) == {"transformer.h.0": "h.0", "transformer.h.1": "h.1", "transformer.ln_f": "ln_f"}
+    assert short_names(gpt2[:2]) == {"transformer.h.0": "h.0", "transformer.h.1": "h.1"}
 
 
 def test_unmatched_pattern_lists_close_names() -> None:
@@ -63,5 +67,5 @@ def test_selectors() -> None:
     assert select_rows(hidden, None, lambda h, b: h[:, 0]).shape == (2, 4)
     with pytest.raises(SelectorError, match="needs batch\\['answer_mask'\\]"):
         select_rows(hidden, (hidden, None), "answer")
-    with pytest.raises(ValueError, match="valid: answer, last, mean, all"):
+    with pytest.raises(ValueError, match="valid: answer, first_answer, question_mean, last, mean, all"):
         validate_selector("first")

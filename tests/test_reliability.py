@@ -21,6 +21,7 @@ from torch import nn
 import tasks
 import train
 from capgeo_callbacks import LinearProbeMonitor, MeasureCallback, RankMeMonitor
+from capgeo_callbacks.schedule import evaluation_steps
 from models import SIZES
 
 # mod easy at size xs: last-layer RankMe collapses by step 30 and recovers by step 60, long before
@@ -76,7 +77,7 @@ def test_every_callback_attached_leaves_training_bit_identical(tmp_path: Path, c
     for tag in ("rankme/blocks.0", "rankme/norm_f", "probe_acc/norm_f", "grad_erank", "grad_cov_rank",
                 "hessian/eig_0", "hessian/trace", "llc"):
         assert series.get(tag), f"{tag} was never measured"
-    assert [s for s, _ in series["llc"]] == [4, 12, 20]  # every other evaluation of 6 (every 4 steps)
+    assert [s for s, _ in series["llc"]] == evaluation_steps(24, 6)[::2]  # every other evaluation, step 0 included
     assert "series" not in runs["none"][0]  # no callback at all in the plain run
 
     (_, plain, plain_rng), (_, observed, observed_rng) = runs["none"], runs["all"]
@@ -194,12 +195,11 @@ class AfterEvaluation(pl.Callback):
         if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
             self.hooks_seen.append(f"global forward hooks at step {step}")
         for callback in trainer.callbacks:
-            if isinstance(callback, RankMeMonitor):  # LinearProbeMonitor too
-                held = {"_rows": callback._rows, "_counts": callback._counts, "_handles": callback._handles,
-                        "_batch": callback._batch}
-                if isinstance(callback, LinearProbeMonitor):
-                    held |= {"_labels": callback._labels, "_batch_labels": callback._batch_labels}
-                self.rows_seen += [f"{type(callback).__name__}.{key} at step {step}"
+            if isinstance(callback, (RankMeMonitor, LinearProbeMonitor)):
+                capture = callback.capture
+                held = {key: getattr(capture, key) for key in ("_rows", "_labels", "_counts", "_handles", "_batch",
+                                                               "_batch_labels")}
+                self.rows_seen += [f"{type(callback).__name__}.capture.{key} at step {step}"
                                    for key, value in held.items() if holds(value)]
         if self.evaluations in (self.start, self.end):
             gc.collect()

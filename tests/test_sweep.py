@@ -18,7 +18,7 @@ def make_version(run_root: Path, version: int, summary: dict[str, Any] | None = 
     folder = run_root / f"version_{version}"
     folder.mkdir(parents=True)
     if summary is not None:
-        (folder / sweep.SUMMARY).write_text(json.dumps(summary))
+        (folder / sweep.SUMMARY_FILENAME).write_text(json.dumps(summary))
     if ckpt:
         (folder / "checkpoints").mkdir()
         (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
@@ -40,7 +40,7 @@ def test_run_state_reads_the_run_folder(tmp_path: Path) -> None:
     # killed mid-run: checkpoint, no summary (version_10 sorts after version_1 by number, not by text)
     make_version(run, 10, ckpt=True)
     assert sweep.run_state(run, 40) == ("resume", "version_10/checkpoints/last.ckpt")
-    (run / "version_10" / sweep.SUMMARY).write_text("{cut short")  # a crash while writing: ignored
+    (run / "version_10" / sweep.SUMMARY_FILENAME).write_text("{cut short")  # a crash while writing: ignored
     assert sweep.run_state(run, 40)[0] == "resume"
 
 
@@ -89,12 +89,13 @@ def test_cli_error_names_valid_choices_and_dry_run_runs_nothing(
     with pytest.raises(SystemExit):
         sweep.main(["--tasks", "sort", "--sizes", "huge", "--logdir", str(tmp_path)])
     assert "unknown size(s) 'huge'; valid: xs, s, m, l, xl, xxl" in capsys.readouterr().err
-    make_version(tmp_path / "sort-hard-xs-s0", 0, {"steps": 60}, ckpt=True)
+    stop = round(0.01 * budget("sort", "hard").max_steps)
+    make_version(tmp_path / "sort-hard-xs-s0", 0, {"steps": stop}, ckpt=True)
     assert sweep.main(["--tasks", "sort", "--sizes", "xs", "--seeds", "0", "1", "--logdir", str(tmp_path),
                        "--fraction", "0.01", "--dry-run"]) == []
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("[1/2] sort-hard-xs-s0") and " skip " in lines[0]
-    assert lines[1].startswith("[2/2] sort-hard-xs-s1") and " run " in lines[1] and "--stop-at-step 60" in lines[1]
+    assert lines[1].startswith("[2/2] sort-hard-xs-s1") and " run " in lines[1] and f"--stop-at-step {stop}" in lines[1]
     assert not (tmp_path / "sort-hard-xs-s1").exists()
 
 
@@ -123,7 +124,7 @@ def test_real_run_is_started_resumed_and_skipped(tmp_path: Path, capsys: pytest.
     second = sweep.main(sweep_args(tmp_path / "sweep"))
     assert [(r["action"], r["returncode"]) for r in second] == [("resumed", 0)]
     assert [p.name for p in run_root.glob("version_*")] == ["version_0"]
-    summary = json.loads((run_root / "version_0" / sweep.SUMMARY).read_text())
+    summary = json.loads((run_root / "version_0" / sweep.SUMMARY_FILENAME).read_text())
     assert summary["steps"] == 32
     steps = [point[0] for point in summary["series"]["acc"]]
     assert steps == [4, 8, 12, 16, 20, 24, 28, 32]  # the first part's history survived the resume, no gap

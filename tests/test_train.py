@@ -11,6 +11,7 @@ import pytest
 
 import tasks
 import train
+from capgeo_callbacks.schedule import evaluation_steps
 from models import SIZES
 from tests.callbacks.conftest import read_events
 
@@ -86,9 +87,10 @@ def test_tiny_run_leaves_what_the_spec_lists(tmp_path, capsys) -> None:
 
     saved = json.loads((run_dir / "capgeo_summary.json").read_text())
     for key in ("task", "difficulty", "size", "parameters", "steps", "acquisition_step", "logprob_emergence_step",
-                "layers", "verdict", "gap", "layer_order_rho", "series", "rankme_rows"):
+                "layers", "verdict", "gap", "layer_order_rho", "series", "rows", "selectors", "settings"):
         assert key in saved, key
     assert saved["task"] == "sort" and saved["size"] == "xs" and saved["steps"] == 48
     assert set(saved["layers"]) == {"blocks.0", "blocks.1", "norm_f"}
-    assert all(rows == 2048 for rows in saved["rankme_rows"].values())
-    assert len(saved["series"]["rankme/norm_f"]) == 6
+    assert all(rows == 2048 for tag, rows in saved["rows"].items() if tag.startswith("rankme/"))
+    # the geometric schedule over 48 steps: the initialised model, two early points, three evenly after
+    assert [p[0] for p in saved["series"]["rankme/norm_f"]] == evaluation_steps(48, 6) == [0, 1, 5, 19, 34, 48]

@@ -1,11 +1,8 @@
-"""Lightning callbacks: thin glue around the measures and detection."""
+"""Lightning callbacks: thin glue around the measures and detection (one callback a file)."""
 
-from capgeo_callbacks.callbacks.base import MeasureCallback
-from capgeo_callbacks.callbacks.gradient_rank_monitor import (
-    GradientMeasureCallback,
-    GradientRankMonitor,
-    answer_cross_entropy,
-)
+from capgeo_callbacks.callbacks.base import GradientMeasureCallback, MeasureCallback, never_fails
+from capgeo_callbacks.callbacks.evaluation_schedule import EvaluationSchedule
+from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientRankMonitor
 from capgeo_callbacks.callbacks.hessian_monitor import HessianMonitor
 from capgeo_callbacks.callbacks.linear_probe_monitor import LinearProbeMonitor
 from capgeo_callbacks.callbacks.llc_monitor import LLCMonitor
@@ -13,6 +10,7 @@ from capgeo_callbacks.callbacks.precursor_detector import PrecursorDetector
 from capgeo_callbacks.callbacks.rankme_monitor import RankMeMonitor
 
 __all__ = [
+    "EvaluationSchedule",
     "GradientMeasureCallback",
     "GradientRankMonitor",
     "HessianMonitor",
@@ -21,5 +19,5 @@ __all__ = [
     "MeasureCallback",
     "PrecursorDetector",
     "RankMeMonitor",
-    "answer_cross_entropy",
+    "never_fails",
 ]

@@ -1,14 +1,67 @@
-"""Shared plumbing of capgeo's measure callbacks: per-tag series, evaluation counting, resumable state."""
+"""What capgeo's callbacks share: the failure rule, the measured series and their state, and the fixed
+training batch and gradient-enabled context of the gradient-based measures.
+
+The failure rule: configuration errors (bad arguments, a layer pattern that matches nothing) raise in
+``__init__`` or ``setup``, before the first step; anything that fails later inside a hook (a measure, a
+logger, a file) is reported once, as a warning, and skipped: training and the user's script go on.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-from typing import Any
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
+from torch import nn
 from typing_extensions import override
+
+from capgeo_callbacks.batches import (
+    ANSWER_KEYS,
+    answer_cross_entropy,
+    batch_size_of,
+    concat_batches,
+    default_forward,
+    describe_batch,
+    is_answer_batch,
+    slice_batch,
+    to_device,
+)
+from capgeo_callbacks.distributed import broadcast_object
+from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
+from capgeo_callbacks.measures.hessian import math_sdpa
+
+Hook = TypeVar("Hook", bound=Callable[..., Any])
+
+
+def never_fails(hook: Hook) -> Hook:
+    """Run a callback hook; if it raises, warn once per hook and error type and return ``None``.
+
+    Applied to every hook that runs during training, never to ``__init__`` or ``setup`` (configuration
+    errors must stop the run before it starts). Under DDP a hook that fails on one rank between
+    collectives may leave the other ranks waiting: the collectives come first in each hook.
+    """
+
+    @functools.wraps(hook)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return hook(self, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the rule: report and skip, never stop training
+            key = (hook.__name__, type(error).__name__)
+            failures = self.__dict__.setdefault("_failures", set())
+            if key not in failures:
+                failures.add(key)
+                rank_zero_warn(f"{type(self).__name__}.{hook.__name__} failed ({type(error).__name__}: "
+                               f"{str(error)[:300]}); skipped, training goes on (reported once)")
+            return None
+
+    return guarded  # type: ignore[return-value]
 
 
 def append_point(points: list[list[float]], step: int, value: float) -> None:
@@ -19,23 +72,36 @@ def append_point(points: list[list[float]], step: int, value: float) -> None:
 
 
 class MeasureCallback(Callback):
-    """Base of the measure callbacks.
+    """Base of the measure callbacks: each owns ``series[tag] = [[step, value], ...]`` of what it logged.
 
-    Each keeps ``series[tag] = [[step, value], ...]`` of what it logged, so that
-    :class:`~capgeo_callbacks.PrecursorDetector` reads fresh values at a step and a resumed run
-    continues the series without gaps or duplicates.
+    :class:`~capgeo_callbacks.PrecursorDetector` reads the series (nothing else keeps a copy), and a
+    resumed run continues them without gaps or duplicates.
 
     Args:
         every_n_evals: measure at every n-th validation (1 = every one).
     """
 
     def __init__(self, every_n_evals: int = 1) -> None:
-        if not isinstance(every_n_evals, int) or every_n_evals < 1:
-            raise ValueError(f"every_n_evals must be a positive integer, got {every_n_evals!r}")
+        check_positive_int("every_n_evals", every_n_evals)
         self.every_n_evals = every_n_evals
         self.series: dict[str, list[list[float]]] = {}
+        self.rows: dict[str, int] = {}  # rows each tag was last measured on
         self.evaluations = 0
         self._warned: set[str] = set()
+
+    @property
+    def tags(self) -> list[str]:
+        """The tags this callback logs (those known before the first measurement)."""
+        return []
+
+    @property
+    def selector_name(self) -> str | None:
+        """The token selector the measure uses, for the summary (None: not a hidden-state measure)."""
+        return None
+
+    @property
+    def prefix(self) -> str:
+        return ""
 
     def should_measure(self, trainer: pl.Trainer) -> bool:
         """Whether the validation now starting is one this callback measures at."""
@@ -58,14 +124,217 @@ class MeasureCallback(Callback):
     def warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            rank_zero_warn(message)
+            rank_zero_warn(f"{type(self).__name__}: {message}")
 
     @override
     def state_dict(self) -> dict[str, Any]:
         return {"series": {tag: [list(p) for p in pts] for tag, pts in self.series.items()},
-                "evaluations": self.evaluations}
+                "evaluations": self.evaluations, "rows": dict(self.rows)}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.series = {tag: [list(p) for p in pts] for tag, pts in state_dict.get("series", {}).items()}
         self.evaluations = int(state_dict.get("evaluations", 0))
+        rows = dict(state_dict.get("rows", {}))
+        for old_key in ("rows_used", "probe_rows"):  # checkpoints of capgeo 0.1: per layer, without prefix
+            rows.update({f"{self.prefix}/{layer}": n for layer, n in state_dict.get(old_key, {}).items()})
+        self.rows = rows
+
+
+def check_positive_int(name: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_callable(name: str, value: Any, signature: str) -> None:
+    if value is not None and not callable(value):
+        raise ValueError(f"{name} must be callable {signature}, got {value!r}")
+
+
+@contextlib.contextmanager
+def measuring_context(module: nn.Module) -> Iterator[None]:
+    """Where the gradient-based measures run: out of inference mode, with grad enabled, the global RNG
+    forked (nothing drawn here reaches training's stream), attention on the math path (double backward,
+    vmap batching rules), every submodule in eval mode; each submodule's mode is restored afterwards."""
+    modes = [(m, m.training) for m in module.modules()]
+    first = next(module.parameters(), None)
+    device = first.device if first is not None else torch.device("cpu")
+    cuda = []
+    if device.type == "cuda":
+        cuda = [device.index if device.index is not None else torch.cuda.current_device()]
+    try:
+        with torch.random.fork_rng(devices=cuda), torch.inference_mode(False), torch.enable_grad(), math_sdpa():
+            module.eval()
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+class GradientMeasureCallback(MeasureCallback):
+    r"""Base of the gradient-based monitors: a fixed training batch, measured at evaluations.
+
+    **Fixed batch.** The first ``num_examples`` examples of the first training batch(es) seen, kept as
+    detached clones (``on_train_batch_start``); frozen at the first measurement (if fewer were seen by
+    then, it warns and uses those). Under DDP rank zero's batch is broadcast once, so every rank measures
+    the same examples on the same weights. It is part of the callback's state, so a resumed run keeps
+    measuring on the same examples.
+
+    **When.** In ``on_validation_start`` of the evaluations selected by ``every_n_evals``: the weights are
+    exactly those the validation pass sees and the value is logged at the evaluation's step. Lightning
+    runs that hook under ``torch.no_grad`` (``torch.inference_mode`` in ``Trainer.validate``), so the
+    measure explicitly leaves it (:func:`measuring_context`) on the cached tensors, which were cloned
+    during training and are not inference tensors. At step 0 the batch is the first training batch,
+    cached when Lightning fetches it for the first step.
+
+    **No observer effect.** No weight, ``.grad``, buffer or optimizer state is touched, submodule modes
+    are restored and the global RNG is forked, so training ends at bit-identical weights.
+
+    Args:
+        loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss of a batch; default
+            :func:`~capgeo_callbacks.batches.answer_cross_entropy`, which needs capgeo's dict batches.
+        forward: ``forward(module, batch) -> output``; default
+            :func:`~capgeo_callbacks.batches.default_forward`.
+        num_examples: size of the fixed batch.
+        every_n_evals: measure at every n-th validation.
+    """
+
+    def __init__(self, loss_fn: LossFn | None, forward: ForwardFn | None, num_examples: int,
+                 every_n_evals: int) -> None:
+        super().__init__(every_n_evals)
+        check_callable("loss_fn", loss_fn, "(output, batch) -> scalar")
+        check_callable("forward", forward, "(module, batch) -> output")
+        check_positive_int("num_examples", num_examples)
+        self.loss_fn: LossFn = answer_cross_entropy if loss_fn is None else loss_fn
+        self.forward: ForwardFn = default_forward if forward is None else forward
+        self._default_loss = loss_fn is None
+        self.num_examples = num_examples
+        self.fixed_batch: Any = None
+        self._parts: list[Any] = []
+        self._cached = 0
+        self._frozen = False
+        self._synced = False
+        self._last_key: Any = None
+        self._warmed_up = False
+
+    def _check_batch(self, batch: Any) -> None:
+        if self._default_loss and not is_answer_batch(batch):
+            raise ValueError(
+                f"{type(self).__name__}: the training batch is {describe_batch(batch)}; the default loss_fn "
+                f"(answer-masked cross-entropy of pl_module(batch['input_ids'])) needs a dict batch with keys "
+                f"{list(ANSWER_KEYS)}. Pass loss_fn=lambda output, batch: ... (and forward=lambda module, "
+                "batch: ... if the model is not called as module(batch[0]))"
+            )
+        batch_size_of(batch)  # raises on a batch without a leading batch dimension
+
+    def cache(self, batch: Any, key: Any = None) -> None:
+        """Keep examples of a training batch until ``num_examples`` are held; a batch offered again under
+        the same ``key`` (``(step, batch_idx)``) is not kept twice."""
+        if key is not None and key == self._last_key:
+            return
+        self._last_key = key
+        if self._frozen or self._cached >= self.num_examples:
+            return
+        if self._cached == 0:
+            self._check_batch(batch)
+        part = slice_batch(batch, 0, self.num_examples - self._cached)
+        self._parts.append(part)
+        self._cached += batch_size_of(part)
+        if self._cached >= self.num_examples:
+            self._freeze()
+
+    @override
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # a batch the default loss cannot read is a configuration error: it raises here, before the first update
+        self.cache(batch, key=(trainer.global_step, batch_idx))
+
+    def _freeze(self) -> None:
+        if self._parts:
+            self.fixed_batch = concat_batches(self._parts)
+            self._parts = []
+        self._frozen = True
+
+    def _measurement_batch(self, pl_module: pl.LightningModule) -> Any:
+        """The fixed batch on the module's device, rank zero's under DDP (a collective, on every rank);
+        ``None`` before any training batch was seen."""
+        if self.fixed_batch is None and not self._parts:
+            return None
+        if not self._frozen:
+            self._freeze()
+        if not self._synced:
+            local = None if self.fixed_batch is None else to_device(self.fixed_batch, "cpu")
+            shared = broadcast_object(local)
+            self.fixed_batch = shared
+            self._synced = True
+            if shared is not None and batch_size_of(shared) < self.num_examples:
+                self.warn_once("few", f"only {batch_size_of(shared)} training examples were seen before the "
+                               f"first measurement, fewer than {self.num_examples}; measuring on those")
+        if self.fixed_batch is None:
+            return None
+        self.fixed_batch = to_device(self.fixed_batch, pl_module.device)
+        return self.fixed_batch
+
+    def measure(self, pl_module: pl.LightningModule, batch: Any, step: int) -> dict[str, float]:
+        """The values to log at ``step`` (runs inside :func:`measuring_context`)."""
+        raise NotImplementedError
+
+    def call_quietly(self, step: int, fn: Callable[..., Any], *args: Any, ignore: tuple[str, ...] = (),
+                     **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` with its warnings re-issued once per message, naming the step (those
+        containing one of the ``ignore`` substrings are dropped: the caller reports them itself)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = fn(*args, **kwargs)
+        for warning in caught:
+            text = str(warning.message)
+            if not any(part in text for part in ignore):
+                self.warn_once(f"measure:{text[:60]}", f"at step {step}: {text}")
+        return result
+
+    def measure_now(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Measure on the fixed batch at the current step, if this evaluation is one to measure at."""
+        measure = self.should_measure(trainer)
+        self.evaluations += 1
+        if not measure:
+            return
+        step = trainer.global_step
+        batch = self._measurement_batch(pl_module)
+        if batch is None:
+            self.warn_once("no-batch", "no training batch has been seen (the fixed batch is cached during fit); "
+                           f"nothing measured at step {step}")
+            return
+        try:
+            with measuring_context(pl_module):
+                if not self._warmed_up:
+                    # one plain forward first: a module that caches tensors on its first call (a mask, rotary
+                    # tables) must not cache functorch wrappers from inside vmap/grad
+                    with torch.no_grad():
+                        self.forward(pl_module, batch)
+                    self._warmed_up = True
+                values = self.measure(pl_module, batch, step)
+        except Exception as error:  # noqa: BLE001 - a failing measure must never stop training
+            kind = type(error).__name__
+            self.warn_once(f"error:{kind}", f"measuring at step {step} failed ({kind}: {str(error)[:300]}); skipped")
+            return
+        self.record(pl_module, step, values)
+
+    @override
+    @never_fails
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.measure_now(trainer, pl_module)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        fixed = None if not self._frozen or self.fixed_batch is None else to_device(self.fixed_batch, "cpu")
+        return {**super().state_dict(), "fixed_batch": fixed}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        fixed = state_dict.get("fixed_batch")
+        self._parts, self._synced = [], False
+        self.fixed_batch = fixed
+        self._frozen = fixed is not None
+        self._cached = 0 if fixed is None else batch_size_of(fixed)

@@ -1,7 +1,7 @@
 r"""Hessian monitor
 ===============
 
-Top eigenvalues (and optionally the trace) of the loss Hessian on a fixed training batch (spec §6.4).
+Top eigenvalues (and optionally the trace) of the loss Hessian on a fixed training batch .
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientMeasureCallback
+from capgeo_callbacks.callbacks.base import GradientMeasureCallback
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
 from capgeo_callbacks.measures.hessian import hessian_top_eigenvalues, hutchinson_trace
 
@@ -29,7 +29,7 @@ class HessianMonitor(GradientMeasureCallback):
     Rademacher probes is added.
 
     Measured in ``on_validation_start`` on the weights the validation sees, out of inference mode on the
-    cached batch; see :class:`~capgeo_callbacks.callbacks.gradient_rank_monitor.GradientMeasureCallback`
+    cached batch; see :class:`~capgeo_callbacks.callbacks.base.GradientMeasureCallback`
     for the fixed batch, DDP and the no-observer-effect guarantees. Each evaluation costs up to
     ``num_iterations`` HVPs (about 2 to 4 training steps' worth of compute each), hence the sparse default
     ``every_n_evals``.
@@ -83,8 +83,10 @@ class HessianMonitor(GradientMeasureCallback):
             raise ValueError(f"num_iterations must be an integer >= k ({k}) or None, got {num_iterations!r}")
         if not isinstance(trace_samples, int) or trace_samples < 1:
             raise ValueError(f"trace_samples must be a positive integer, got {trace_samples!r}")
-        if not tol >= 0:
-            raise ValueError(f"tol must be non-negative, got {tol}")
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol >= 0:
+            raise ValueError(f"tol must be a non-negative number, got {tol!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
         super().__init__(loss_fn, forward, batch_size, every_n_evals)
         self.k = k
         self.batch_size = batch_size
@@ -114,7 +116,7 @@ class HessianMonitor(GradientMeasureCallback):
         with torch.no_grad():
             loss = float(loss_closure())
         if not math.isfinite(loss):
-            self.warn_once("nonfinite", f"HessianMonitor: non-finite loss ({loss}) at step {step}; skipped "
+            self.warn_once("nonfinite", f"non-finite loss ({loss}) at step {step}; skipped "
                            "(and at any later step where it is non-finite)")
             return {}
         k = min(self.k, sum(p.numel() for p in params))
@@ -123,7 +125,7 @@ class HessianMonitor(GradientMeasureCallback):
             tol=self.tol, generator=torch.Generator().manual_seed(self.seed),
         )
         if not bool(torch.isfinite(eigenvalues).all()):
-            self.warn_once("nonfinite-eig", f"HessianMonitor: non-finite Hessian eigenvalues at step {step} "
+            self.warn_once("nonfinite-eig", f"non-finite Hessian eigenvalues at step {step} "
                            "(non-finite gradients); skipped (and at any later step where they are "
                            "non-finite)")
             return {}

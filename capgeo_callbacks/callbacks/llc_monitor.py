@@ -1,7 +1,7 @@
 r"""LLC monitor
 ===========
 
-The local learning coefficient (Lau et al., 2023) of the current weights by SGLD (spec §6.5).
+The local learning coefficient (Lau et al., 2023) of the current weights by SGLD.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import lightning.pytorch as pl
 from torch import nn
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientMeasureCallback, slice_batch
-from capgeo_callbacks.measures.gradients import ForwardFn, LossFn, batch_size_of
+from capgeo_callbacks.batches import batch_size_of, slice_batch
+from capgeo_callbacks.callbacks.base import GradientMeasureCallback
+from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
 from capgeo_callbacks.measures.llc import estimate_llc
 
 
@@ -54,7 +55,7 @@ class LLCMonitor(GradientMeasureCallback):
     Sampling runs on a deep copy of the module (its Trainer reference is detached for the copy), so the
     trained weights, ``.grad``, optimizer and RNG stream of training are untouched. Measured in
     ``on_validation_start`` on the weights the validation sees, out of inference mode; see
-    :class:`~capgeo_callbacks.callbacks.gradient_rank_monitor.GradientMeasureCallback` for the fixed
+    :class:`~capgeo_callbacks.callbacks.base.GradientMeasureCallback` for the fixed
     batch, DDP and the no-observer-effect guarantees. Diverged chains (non-finite or exploding loss) are
     left out of ``llc``; divergence and a negative estimate (the weights are not at a local minimum, or
     ``lr`` is too large) each warn once, naming the first step. The loss trace of the last estimate is
@@ -119,6 +120,8 @@ class LLCMonitor(GradientMeasureCallback):
             raise ValueError(f"localization (gamma) must be a non-negative number, got {localization!r}")
         if nbeta is not None and not (isinstance(nbeta, (int, float)) and math.isfinite(nbeta) and nbeta > 0):
             raise ValueError(f"nbeta must be a positive number or None, got {nbeta!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
         super().__init__(loss_fn, forward, batch_size * num_batches, every_n_evals)
         self.num_chains = num_chains
         self.num_draws = num_draws
@@ -161,11 +164,11 @@ class LLCMonitor(GradientMeasureCallback):
         diverged = int(result["diverged"].sum())
         llc, std, below = result["llc_mean"], result["llc_std"], result["fraction_below_init"]
         if diverged:
-            self.warn_once("diverged", f"LLCMonitor: {diverged} of {self.num_chains} SGLD chains diverged at "
+            self.warn_once("diverged", f"{diverged} of {self.num_chains} SGLD chains diverged at "
                            f"step {step} (non-finite or exploding loss) and are left out of llc; lower lr "
                            f"({self.lr:g}) or raise localization ({self.localization:g})")
         if math.isfinite(llc) and llc < 0:
-            self.warn_once("negative", f"LLCMonitor: negative LLC estimate ({llc:.4g}) at step {step}: the "
+            self.warn_once("negative", f"negative LLC estimate ({llc:.4g}) at step {step}: the "
                            f"weights are probably not at a local minimum (fraction of draws below the "
                            f"initial loss: {below:.2f}), or lr ({self.lr:g}) is too large")
         self.last_estimate = {

@@ -1,4 +1,4 @@
-"""Per-example gradients and the rank of the gradient matrix (spec §6.2, §6.3).
+"""Per-example gradients and the rank of the gradient matrix (docs/design.md, "Measures").
 
 ``per_example_gradients`` stacks one flattened loss gradient per example into G (B x P);
 ``gradient_effective_rank`` and ``gradient_covariance_rank`` summarise its spectrum through the
@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
+from capgeo_callbacks.batches import batch_size_of, default_forward, split_batch
 from capgeo_callbacks.measures.rankme import effective_rank_from_singular_values
 
 __all__ = [
-    "default_forward",
     "gradient_covariance_rank",
     "gradient_effective_rank",
     "per_example_gradients",
@@ -42,33 +42,6 @@ ForwardFn = Callable[[nn.Module, Any], Any]
 _GRAM_BLOCK_ELEMENTS = 1 << 23
 
 
-def default_forward(model: nn.Module, batch: Any) -> Any:
-    """Call ``model`` on a batch: ``model(batch)`` for a tensor, ``model(batch["input_ids"])`` for a
-    mapping, ``model(batch[0])`` for a tuple or list such as ``(x, y)``.
-
-    Raises:
-        ValueError: a mapping without ``"input_ids"`` or an empty tuple/list (pass ``forward=``).
-        TypeError: any other batch type.
-    """
-    if isinstance(batch, Tensor):
-        return model(batch)
-    if isinstance(batch, Mapping):
-        if "input_ids" not in batch:
-            raise ValueError(
-                f"default_forward needs an 'input_ids' key in a dict batch, got keys {sorted(batch)}; "
-                "pass forward=lambda model, batch: ... to say how to call the model"
-            )
-        return model(batch["input_ids"])
-    if isinstance(batch, (tuple, list)):
-        if not batch:
-            raise ValueError("default_forward got an empty tuple/list batch; expected (x, y, ...)")
-        return model(batch[0])
-    raise TypeError(
-        f"default_forward takes a tensor, a mapping or a tuple/list batch, got {type(batch).__name__}; "
-        "pass forward=lambda model, batch: ... to say how to call the model"
-    )
-
-
 class _LossModule(nn.Module):
     """``batch -> loss_fn(forward(model, batch), batch)`` as a module, so that ``functional_call``
     can swap ``model``'s parameters (under the ``model.`` prefix) whatever ``forward`` does."""
@@ -82,51 +55,6 @@ class _LossModule(nn.Module):
 
     def forward(self, batch: Any) -> Tensor:
         return self._loss_fn(self._forward_fn(self.model, batch), batch)
-
-
-def _split_batch(batch: Any) -> tuple[list[Tensor], Callable[[list[Tensor]], Any]]:
-    """Tensor leaves of a (nested) tensor/mapping/tuple/list batch and a function that rebuilds it.
-
-    0-d tensors and non-tensors are kept as constants (not mapped over).
-    """
-    leaves: list[Tensor] = []
-
-    def build(obj: Any) -> Callable[[list[Tensor]], Any]:
-        if isinstance(obj, Tensor) and obj.dim() > 0:
-            index = len(leaves)
-            leaves.append(obj)
-            return lambda values: values[index]
-        if isinstance(obj, Mapping):
-            builders = {key: build(value) for key, value in obj.items()}
-            return lambda values: {key: b(values) for key, b in builders.items()}
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-            builders_nt = [build(value) for value in obj]
-            return lambda values: type(obj)(*(b(values) for b in builders_nt))
-        if isinstance(obj, (tuple, list)):
-            builders_seq = [build(value) for value in obj]
-            return lambda values: type(obj)(b(values) for b in builders_seq)
-        return lambda values: obj
-
-    rebuild = build(batch)
-    return leaves, rebuild
-
-
-def batch_size_of(batch: Any) -> int:
-    """The common leading dimension of a batch's tensor leaves.
-
-    Raises:
-        ValueError: no tensor leaf, or leaves with different leading sizes.
-    """
-    leaves, _ = _split_batch(batch)
-    if not leaves:
-        raise ValueError(f"batch of type {type(batch).__name__} has no tensor with a leading batch dimension")
-    sizes = {leaf.shape[0] for leaf in leaves}
-    if len(sizes) != 1:
-        raise ValueError(
-            "batch tensors disagree on the leading (batch) dimension: shapes "
-            f"{[tuple(x.shape) for x in leaves]}"
-        )
-    return sizes.pop()
 
 
 def per_example_gradients(
@@ -184,7 +112,7 @@ def per_example_gradients(
     # counters) then leaves the model's own buffers alone.
     constants = frozen | {name: b.detach().clone() for name, b in model.named_buffers()}
 
-    leaves, rebuild = _split_batch(batch)
+    leaves, rebuild = split_batch(batch)
     num_examples = batch_size_of(batch)
     if num_examples == 0:
         raise ValueError("batch is empty (leading dimension 0)")

@@ -1,4 +1,4 @@
-"""Loss-Hessian spectrum from Hessian-vector products (spec §6.4).
+"""Loss-Hessian spectrum from Hessian-vector products (docs/design.md, "Measures").
 
 Everything here sees the Hessian H = d^2 L / d theta^2 of ``loss_closure()`` only through
 Hessian-vector products (HVPs) by double backward: the gradient graph is built once per call
@@ -70,7 +70,7 @@ class TraceEstimate:
 
 
 @contextlib.contextmanager
-def _math_sdpa() -> Iterator[None]:
+def math_sdpa() -> Iterator[None]:
     """Restrict ``F.scaled_dot_product_attention`` to the math backend (double-backward safe)."""
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -103,7 +103,7 @@ class _HessianVectorProduct:
         self.dim = sum(self.numels)
         self.device = self.params[0].device
         self.num_hvps = 0
-        context = _math_sdpa() if force_math_attention else contextlib.nullcontext()
+        context = math_sdpa() if force_math_attention else contextlib.nullcontext()
         with torch.enable_grad(), context:
             loss = loss_closure()
             if not isinstance(loss, Tensor) or loss.numel() != 1:

@@ -1,4 +1,4 @@
-"""Local learning coefficient by SGLD (spec §6.5), following devinterp 1.x's conventions.
+"""Local learning coefficient by SGLD (docs/design.md, "Measures"), following devinterp 1.x's conventions.
 
 lambda_hat = nbeta * (E_w[L_batch(w)] - L(w*)), where w is drawn by SGLD localized at the current
 weights w*::
@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -38,13 +38,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from capgeo_callbacks.measures.gradients import (
-    ForwardFn,
-    LossFn,
-    _LossModule,
-    batch_size_of,
-    default_forward,
-)
+from capgeo_callbacks.batches import batch_size_of, default_forward, to_device
+from capgeo_callbacks.measures.gradients import ForwardFn, LossFn, _LossModule
 
 __all__ = ["VMAP_MAX_PARAMETERS", "default_nbeta", "estimate_llc"]
 
@@ -60,18 +55,6 @@ def default_nbeta(batch_size: int) -> float:
         )
         return 1.0
     return batch_size / math.log(batch_size)
-
-
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return {key: _to_device(value, device) for key, value in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_to_device(value, device) for value in batch))
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_to_device(value, device) for value in batch)
-    return batch
 
 
 def _cycle(loader: Iterable[Any]) -> Iterator[Any]:
@@ -337,7 +320,7 @@ def _initial_loss(wrapper: nn.Module, loader: Iterable[Any], num_chains: int, de
         for batch in loader:
             if count == num_batches:
                 break
-            total += float(wrapper(_to_device(batch, device)))
+            total += float(wrapper(to_device(batch, device)))
             count += 1
     if count == 0:
         raise ValueError("dataloader yielded no batches")
@@ -407,7 +390,7 @@ def _run_vectorized(
 
     loss_and_grad = vmap(grad_and_value(chain_loss), in_dims=(0, None), randomness="different")
     for step, batch in zip(range(s.num_steps), _cycle(loader), strict=False):
-        grads, loss = loss_and_grad(weights, _to_device(batch, device))
+        grads, loss = loss_and_grad(weights, to_device(batch, device))
         for row, generator in zip(noise, generators, strict=True):
             row.normal_(generator=generator)  # = torch.randn(P, generator=generator)
         _sgld_update_(weights, grads.detach(), noise, w_star, drift, s)
@@ -443,7 +426,7 @@ def _run_sequential(
         for step, batch in zip(range(s.num_steps), _cycle(loader), strict=False):
             if not bound:
                 flat.load(weights)
-            loss = wrapper(_to_device(batch, device)).reshape(())
+            loss = wrapper(to_device(batch, device)).reshape(())
             parts = torch.autograd.grad(loss, flat.params, allow_unused=True)
             with torch.no_grad():
                 pieces = [

@@ -1,4 +1,4 @@
-"""Held-out accuracy of a linear probe on hidden states (spec §6.6).
+"""Held-out accuracy of a linear probe on hidden states (docs/design.md, "Measures").
 
 Closed-form ridge regression to one-hot targets, fit on one set of hidden states and scored on
 another: deterministic (no optimiser, no RNG) and fast.

@@ -21,7 +21,13 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from capgeo_callbacks import LinearProbeMonitor, MeasureCallback, PrecursorDetector, RankMeMonitor  # noqa: E402
+from capgeo_callbacks import (  # noqa: E402
+    DetectionSettings,
+    LinearProbeMonitor,
+    MeasureCallback,
+    PrecursorDetector,
+    RankMeMonitor,
+)
 from capgeo_callbacks.measures.probes import linear_probe_accuracy  # noqa: E402
 from tests.callbacks.conftest import ForeignEncoder, loaders, reference_rankme  # noqa: E402
 
@@ -88,7 +94,7 @@ def main(out: Path) -> None:
     rankme = RankMeMonitor(layers="encoder.layers.*", selector="mean", num_rows=NUM_ROWS)
     probes = LinearProbeMonitor(layers="encoder.layers.*", selector="mean", labels_fn=lambda batch: batch[1],
                                 num_rows=NUM_ROWS)
-    detector = PrecursorDetector(monitor="scripted_acc", logprob_monitor=None, smoothing=1)
+    detector = PrecursorDetector(monitor="scripted_acc", logprob_monitor=None, settings=DetectionSettings(smoothing=1))
     reference = SingleProcessReference(layers=2)
     trainer = Trainer(
         strategy="ddp", accelerator="cpu", devices=2, max_steps=INTERVAL * len(SCRIPTED),
@@ -106,8 +112,8 @@ def main(out: Path) -> None:
     (out / f"rank_{trainer.global_rank}.json").write_text(json.dumps({
         "world_size": trainer.world_size,
         "series": {**rankme.series, **probes.series},
-        "rows_used": rankme.rows_used,
-        "probe_rows": probes.probe_rows,
+        "rankme_rows": rankme.rows,
+        "probe_rows": probes.rows,
         "alerts": [[a["kind"], a["layer"], a["step"]] for a in detector.alerts],
         "verdict": detector.summary.get("verdict"),
         "log_warnings": records.messages,

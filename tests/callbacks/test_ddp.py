@@ -28,8 +28,8 @@ def test_measures_equal_one_process_and_side_effects_happen_once(tmp_path: Path)
     steps = list(range(8, 73, 8))
 
     # each rank holds 128 of the 256 validation rows; both measure the gathered 256, and agree exactly
-    assert zero["rows_used"] == one["rows_used"] == {"0": 256, "1": 256}
-    assert zero["probe_rows"] == {"0": 256, "1": 256}
+    assert zero["rankme_rows"] == one["rankme_rows"] == {"rankme/0": 256, "rankme/1": 256}
+    assert zero["probe_rows"] == {"probe_acc/0": 256, "probe_acc/1": 256}
     assert zero["series"] == one["series"]
     # ... and equal one process's values on the same rows at the same weights, at every evaluation
     reference = zero["reference"]

@@ -14,7 +14,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DistributedSampler
 
 from capgeo_callbacks import PrecursorDetector
-from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientRankMonitor, answer_cross_entropy
+from capgeo_callbacks.batches import answer_cross_entropy
+from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientRankMonitor
 from capgeo_callbacks.measures.gradients import (
     gradient_covariance_rank,
     gradient_effective_rank,
@@ -47,7 +48,7 @@ def test_logged_at_evaluations_and_equal_to_the_pure_functions(tmp_path: Path) -
     assert torch.equal(monitor.fixed_batch[0], x) and torch.equal(monitor.fixed_batch[1], y)
     # present when on_validation_end runs, whatever the callback order, and seen by the detector
     assert sorted(reader.seen) == [8, 16, 24] and all(set(v) == set(TAGS) for v in reader.seen.values())
-    assert [s for s, _ in detector.measure_series["grad_erank"]] == [8, 16, 24]
+    assert [s for s, _ in detector.summary["series"]["grad_erank"]] == [8, 16, 24]
 
     events = read_events(tmp_path)
     val_steps = [e.step for e in events.Scalars("val_acc")]
@@ -132,14 +133,14 @@ def test_validate_before_fit_warns_and_fit_still_measures(tmp_path: Path) -> Non
 
 def test_state_dict_round_trip_keeps_the_fixed_batch() -> None:
     monitor = GradientRankMonitor(loss_fn=tuple_loss, batch_size=4)
-    monitor.on_train_batch_start(None, None, first_examples(6), 0)  # type: ignore[arg-type]
+    monitor.cache(first_examples(6))
     monitor.series = {"grad_erank": [[8, 3.0], [16, 2.5]]}
     monitor.evaluations = 2
     restored = GradientRankMonitor(loss_fn=tuple_loss, batch_size=4)
     restored.load_state_dict(monitor.state_dict())
     assert restored.series == monitor.series and restored.evaluations == 2
     assert torch.equal(restored.fixed_batch[0], first_examples(4)[0])
-    restored.on_train_batch_start(None, None, first_examples(8), 0)  # type: ignore[arg-type]
+    restored.cache(first_examples(8))
     assert restored.fixed_batch[0].shape[0] == 4  # frozen: not re-cached after a resume
     restored.load_state_dict({})  # tolerates missing keys
     assert restored.series == {} and restored.fixed_batch is None

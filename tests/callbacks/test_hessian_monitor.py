@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from capgeo_callbacks.callbacks.gradient_rank_monitor import answer_cross_entropy
+from capgeo_callbacks.batches import answer_cross_entropy
 from capgeo_callbacks.callbacks.hessian_monitor import HessianMonitor
 from capgeo_callbacks.measures.hessian import hessian_top_eigenvalues, hutchinson_trace
 from tests.callbacks.conftest import read_events
@@ -92,7 +92,7 @@ def test_tuple_batches_without_loss_fn_raise_a_clear_error(tmp_path: Path) -> No
 
 def test_state_dict_round_trip() -> None:
     monitor = HessianMonitor(loss_fn=tuple_loss, batch_size=4)
-    monitor.on_train_batch_start(None, None, first_examples(4), 0)  # type: ignore[arg-type]
+    monitor.cache(first_examples(4))
     monitor.series = {"hessian/eig_0": [[8, 3.0]]}
     monitor.evaluations = 8
     restored = HessianMonitor(loss_fn=tuple_loss, batch_size=4)

@@ -49,8 +49,7 @@ def test_foreign_model_with_labels_fn_matches_independent_probe(tmp_path: Path) 
     expected = linear_probe_accuracy(x[:100], y[:100], x[100:], y[100:], ridge=1e-3)
     assert events.Scalars("probe_acc/1")[-1].value == pytest.approx(expected, abs=1e-6)
     assert monitor.series["probe_acc/1"][-1][1] == pytest.approx(expected, abs=1e-12)
-    assert monitor.probe_rows == {"0": 200, "1": 200}
-    assert monitor.rows_used == {}  # RankMe's row counts in the summary are left alone
+    assert monitor.rows == {"probe_acc/0": 200, "probe_acc/1": 200}
 
 
 def test_answer_positions_and_answer_token_labels_by_default(tmp_path: Path) -> None:
@@ -117,13 +116,13 @@ def test_state_dict_round_trip() -> None:
     monitor = LinearProbeMonitor(layers="a.*")
     monitor.series = {"probe_acc/x": [[8, 0.5], [16, 0.75]]}
     monitor.evaluations = 2
-    monitor.probe_rows = {"x": 100}
+    monitor.rows = {"probe_acc/x": 100}
     restored = LinearProbeMonitor(layers="a.*")
     restored.load_state_dict(monitor.state_dict())
     assert restored.series == monitor.series and restored.evaluations == 2
-    assert restored.probe_rows == {"x": 100}
+    assert restored.rows == {"probe_acc/x": 100}
     restored.load_state_dict({})
-    assert restored.series == {} and restored.probe_rows == {}
+    assert restored.series == {} and restored.rows == {}
     assert LinearProbeMonitor(layers="a.*").state_key != LinearProbeMonitor(layers="b.*").state_key
 
 
@@ -134,7 +133,7 @@ def test_bad_arguments_raise() -> None:
         LinearProbeMonitor(num_rows=3)
     with pytest.raises(ValueError, match="ridge"):
         LinearProbeMonitor(ridge=-1.0)
-    with pytest.raises(ValueError, match="valid: answer, last, mean, all"):
+    with pytest.raises(ValueError, match="valid: answer, first_answer, question_mean, last, mean, all"):
         LinearProbeMonitor(selector="first", labels_fn=labels)
     with pytest.raises(ValueError, match="labels_fn must be callable"):
         LinearProbeMonitor(labels_fn="targets")  # type: ignore[arg-type]

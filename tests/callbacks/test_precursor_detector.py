@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import lightning.pytorch as pl
-import pytest
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from capgeo_callbacks import MeasureCallback, PrecursorDetector
+from capgeo_callbacks import DetectionSettings, LinearProbeMonitor, MeasureCallback, PrecursorDetector, RankMeMonitor
+from capgeo_callbacks.detection import align, scan_alerts
 from tests.callbacks.conftest import read_events
 
 INTERVAL = 10
@@ -69,7 +70,8 @@ def run(tmp_path, steps: int, detector: PrecursorDetector, ckpt_path: str | None
 
 def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
     alerts = []
-    detector = PrecursorDetector(on_alert=alerts.append, smoothing=1, run_info={"task": "scripted"})
+    detector = PrecursorDetector(on_alert=alerts.append, settings=DetectionSettings(smoothing=1),
+                                 run_info={"task": "scripted"})
     run(tmp_path, steps=10 * len(RANKME), detector=detector)
 
     # collapse at eval 5 (step 60); recovery: above 8 + 10% of the 32-point drop at steps 80 and 90
@@ -88,7 +90,8 @@ def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
                                                   "precedes_acquisition": True}
     assert summary["measures"]["probe_acc/last"] == {"kind": "crossing", "transition_step": 70,
                                                      "precedes_acquisition": True}
-    for key in ("parameters", "steps", "layer_order_rho", "rankme_rows", "alerts"):
+    assert summary["alerts"][0]["message"].startswith("capgeo precursor alert at step 90: RankMe of layer last")
+    for key in ("parameters", "steps", "layer_order_rho", "rows", "selectors", "alerts"):
         assert key in summary
 
     events = read_events(tmp_path)
@@ -104,11 +107,12 @@ def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
 
 def test_resume_does_not_repeat_alerts(tmp_path) -> None:
     first: list = []
-    run(tmp_path / "a", steps=100, detector=PrecursorDetector(on_alert=first.append, smoothing=1))
+    run(tmp_path / "a", steps=100,
+        detector=PrecursorDetector(on_alert=first.append, settings=DetectionSettings(smoothing=1)))
     assert [a.kind for a in first] == ["layer", "run"]
     checkpoint = next((tmp_path / "a").rglob("*.ckpt"))
     second: list = []
-    detector = PrecursorDetector(on_alert=second.append, smoothing=1)
+    detector = PrecursorDetector(on_alert=second.append, settings=DetectionSettings(smoothing=1))
     run(tmp_path / "b", steps=10 * len(RANKME), detector=detector, ckpt_path=str(checkpoint))
     assert second == []  # already raised before the interruption
     summary = detector.summary
@@ -117,8 +121,31 @@ def test_resume_does_not_repeat_alerts(tmp_path) -> None:
     assert steps == list(range(10, 10 * len(RANKME) + 1, 10))  # no gap, no duplicate
 
 
-def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="min_drop"):
-        PrecursorDetector(min_drop=1.5)
-    with pytest.raises(ValueError, match="heatmap_every_n_evals"):
-        PrecursorDetector(heatmap_every_n_evals=-1)
+def test_checkpoint_of_capgeo_0_1_resumes(tmp_path) -> None:
+    """Callback states as capgeo 0.1 checkpointed them (tests/fixtures, written by that code) restore into
+    the current callbacks: series, evaluation count, rows, accuracy, log-prob and alerts, none raised twice."""
+    saved = json.loads((Path(__file__).parents[1] / "fixtures" / "v1_callback_states.json").read_text())
+    states = saved["callbacks"]
+    detector_key = next(key for key in states if key.startswith("PrecursorDetector"))
+    detector = PrecursorDetector()
+    assert detector.state_key == detector_key  # Lightning finds the state under the same key
+    detector.load_state_dict(states[detector_key])
+    tracker = states[detector_key]["tracker"]
+    assert [p[0] for p in detector.acc] == tracker["steps"]
+    assert [p[1] for p in detector.acc] == tracker["acc"]
+    assert detector.logprob == states[detector_key]["logprob_series"]
+    assert [(a.kind, a.layer, a.step) for a in detector.alerts] == [
+        (a["kind"], a["layer"], a["step"]) for a in tracker["alerts"]]
+    rankme = RankMeMonitor(layers=["model.blocks.*", "model.norm_f"])
+    rankme_key = next(key for key in states if key.startswith("RankMeMonitor"))
+    assert rankme.state_key == rankme_key
+    rankme.load_state_dict(states[rankme_key])
+    assert rankme.series == states[rankme_key]["series"] and rankme.evaluations == 30
+    assert rankme.rows == {f"rankme/{layer}": n for layer, n in states[rankme_key]["rows_used"].items()}
+    probes = LinearProbeMonitor(layers=["model.blocks.*", "model.norm_f"])
+    probes.load_state_dict(states[next(key for key in states if key.startswith("LinearProbeMonitor"))])
+    assert probes.rows and all(tag.startswith("probe_acc/") for tag in probes.rows)
+    # no alert is raised again on the restored series: every layer already alerted
+    steps = [p[0] for p in detector.acc]
+    layers = {tag.split("/", 1)[1]: align(points, steps) for tag, points in rankme.series.items()}
+    assert scan_alerts(steps, [p[1] for p in detector.acc], layers, detector.settings, detector.alerts) == []

@@ -47,7 +47,7 @@ def test_foreign_model_watched_by_glob_matches_independent_rankme(tmp_path) -> N
     assert len(logged) == 3  # steps 8, 16, 24; the sanity check is not measured
     assert logged[-1] == pytest.approx(expected, rel=1e-5)
     assert [s for s, _ in monitor.series["rankme/1"]] == [8, 16, 24]
-    assert monitor.rows_used == {"0": 200, "1": 200}
+    assert monitor.rows == {"rankme/0": 200, "rankme/1": 200}
 
 
 def test_every_n_evals(tmp_path) -> None:
@@ -77,7 +77,7 @@ def test_answer_selector_without_mask_warns_and_skips(tmp_path) -> None:
 
 
 def test_bad_arguments_raise() -> None:
-    with pytest.raises(ValueError, match="valid: answer, last, mean, all"):
+    with pytest.raises(ValueError, match="valid: answer, first_answer, question_mean, last, mean, all"):
         RankMeMonitor(selector="first")
     with pytest.raises(ValueError, match="num_rows"):
         RankMeMonitor(num_rows=1)
@@ -102,9 +102,9 @@ def test_state_dict_round_trip() -> None:
     monitor = RankMeMonitor(layers="a.*")
     monitor.series = {"rankme/x": [[8, 3.0], [16, 2.5]]}
     monitor.evaluations = 2
-    monitor.rows_used = {"x": 100}
+    monitor.rows = {"rankme/x": 100}
     restored = RankMeMonitor(layers="a.*")
     restored.load_state_dict(monitor.state_dict())
-    assert restored.series == monitor.series and restored.evaluations == 2 and restored.rows_used == {"x": 100}
+    assert restored.series == monitor.series and restored.evaluations == 2 and restored.rows == {"rankme/x": 100}
     restored.load_state_dict({})  # tolerates missing keys
     assert restored.series == {}

@@ -1,0 +1,176 @@
+"""Batches: their structure, and the answer-mask conventions of capgeo's tasks.
+
+A batch is a tensor, a mapping (capgeo's ``{"input_ids", "targets", "answer_mask"}``) or a tuple/list
+(``(x, y)``) whose tensor leaves all have the batch as their leading dimension. The answer-mask
+convention: ``targets`` (B, T) are the next tokens and ``answer_mask`` (B, T) marks the positions whose
+target is an answer token; loss and accuracy count only those. ``models`` uses the same loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "ANSWER_KEYS",
+    "answer_cross_entropy",
+    "answer_labels",
+    "batch_size_of",
+    "concat_batches",
+    "default_forward",
+    "describe_batch",
+    "is_answer_batch",
+    "slice_batch",
+    "split_batch",
+    "to_device",
+]
+
+ANSWER_KEYS = ("input_ids", "targets", "answer_mask")
+
+
+def answer_cross_entropy(logits: Tensor, batch: Mapping[str, Tensor]) -> Tensor:
+    """Mean cross-entropy over answer tokens: ``sum(CE * mask) / sum(mask)``.
+
+    ``logits`` (B, T, V) are the model's output on ``batch["input_ids"]``; the targets are
+    ``batch["targets"]`` (B, T) where ``batch["answer_mask"]`` is true. The default ``loss_fn`` of the
+    gradient-based monitors and the training loss of capgeo's models.
+    """
+    per_token = F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), reduction="none")
+    mask = batch["answer_mask"].flatten().to(per_token.dtype)
+    return (per_token * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def answer_labels(batch: Any, target_key: str = "targets", mask_key: str = "answer_mask") -> Tensor:
+    """The correct answer token at each answer position, ``batch[target_key][batch[mask_key]]`` (in the
+    order the ``answer`` selector takes rows): the labels of the linear probes.
+
+    Raises:
+        ValueError: if the batch lacks either key or their shapes differ.
+    """
+    if not isinstance(batch, Mapping) or target_key not in batch or mask_key not in batch:
+        raise ValueError(f"answer labels need batch[{target_key!r}] and batch[{mask_key!r}], but the batch is "
+                         f"{describe_batch(batch)}; pass labels_fn=lambda batch: ...")
+    targets, mask = batch[target_key], batch[mask_key].to(dtype=torch.bool)
+    if targets.shape != mask.shape:
+        raise ValueError(f"{target_key} has shape {tuple(targets.shape)}, {mask_key} {tuple(mask.shape)}")
+    return targets[mask]
+
+
+def is_answer_batch(batch: Any) -> bool:
+    """Whether ``batch`` follows the answer-mask convention (a mapping with :data:`ANSWER_KEYS`)."""
+    return isinstance(batch, Mapping) and all(key in batch for key in ANSWER_KEYS)
+
+
+def describe_batch(batch: Any) -> str:
+    """A short description of a batch's type, for error messages."""
+    if isinstance(batch, Mapping):
+        return f"a dict with keys {sorted(batch)}"
+    if isinstance(batch, (tuple, list)):
+        return f"a {type(batch).__name__} of {len(batch)} items"
+    return f"a {type(batch).__name__}"
+
+
+def slice_batch(batch: Any, start: int, stop: int) -> Any:
+    """Examples ``start:stop`` of ``batch`` (every tensor leaf sliced), as detached clones."""
+    leaves, rebuild = split_batch(batch)
+    return rebuild([leaf[start:stop].detach().clone() for leaf in leaves])
+
+
+def concat_batches(parts: list[Any]) -> Any:
+    """One batch from several with the same structure (non-tensor leaves from the first)."""
+    if len(parts) == 1:
+        return parts[0]
+    leaves, rebuild = split_batch(parts[0])
+    columns = [split_batch(part)[0] for part in parts]
+    return rebuild([torch.cat([column[i] for column in columns]) for i in range(len(leaves))])
+
+
+def default_forward(model: nn.Module, batch: Any) -> Any:
+    """Call ``model`` on a batch: ``model(batch)`` for a tensor, ``model(batch["input_ids"])`` for a
+    mapping, ``model(batch[0])`` for a tuple or list such as ``(x, y)``.
+
+    Raises:
+        ValueError: a mapping without ``"input_ids"`` or an empty tuple/list (pass ``forward=``).
+        TypeError: any other batch type.
+    """
+    if isinstance(batch, Tensor):
+        return model(batch)
+    if isinstance(batch, Mapping):
+        if "input_ids" not in batch:
+            raise ValueError(
+                f"default_forward needs an 'input_ids' key in a dict batch, got keys {sorted(batch)}; "
+                "pass forward=lambda model, batch: ... to say how to call the model"
+            )
+        return model(batch["input_ids"])
+    if isinstance(batch, (tuple, list)):
+        if not batch:
+            raise ValueError("default_forward got an empty tuple/list batch; expected (x, y, ...)")
+        return model(batch[0])
+    raise TypeError(
+        f"default_forward takes a tensor, a mapping or a tuple/list batch, got {type(batch).__name__}; "
+        "pass forward=lambda model, batch: ... to say how to call the model"
+    )
+
+
+
+def split_batch(batch: Any) -> tuple[list[Tensor], Callable[[list[Tensor]], Any]]:
+    """Tensor leaves of a (nested) tensor/mapping/tuple/list batch and a function that rebuilds it.
+
+    0-d tensors and non-tensors are kept as constants (not mapped over).
+    """
+    leaves: list[Tensor] = []
+
+    def build(obj: Any) -> Callable[[list[Tensor]], Any]:
+        if isinstance(obj, Tensor) and obj.dim() > 0:
+            index = len(leaves)
+            leaves.append(obj)
+            return lambda values: values[index]
+        if isinstance(obj, Mapping):
+            builders = {key: build(value) for key, value in obj.items()}
+            return lambda values: {key: b(values) for key, b in builders.items()}
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+            builders_nt = [build(value) for value in obj]
+            return lambda values: type(obj)(*(b(values) for b in builders_nt))
+        if isinstance(obj, (tuple, list)):
+            builders_seq = [build(value) for value in obj]
+            return lambda values: type(obj)(b(values) for b in builders_seq)
+        return lambda values: obj
+
+    rebuild = build(batch)
+    return leaves, rebuild
+
+
+def batch_size_of(batch: Any) -> int:
+    """The common leading dimension of a batch's tensor leaves.
+
+    Raises:
+        ValueError: no tensor leaf, or leaves with different leading sizes.
+    """
+    leaves, _ = split_batch(batch)
+    if not leaves:
+        raise ValueError(f"batch of type {type(batch).__name__} has no tensor with a leading batch dimension")
+    sizes = {leaf.shape[0] for leaf in leaves}
+    if len(sizes) != 1:
+        raise ValueError(
+            "batch tensors disagree on the leading (batch) dimension: shapes "
+            f"{[tuple(x.shape) for x in leaves]}"
+        )
+    return sizes.pop()
+
+
+
+def to_device(batch: Any, device: torch.device | str) -> Any:
+    """``batch`` with every tensor moved to ``device`` (same structure)."""
+    if isinstance(batch, Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(to_device(value, device) for value in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(value, device) for value in batch)
+    return batch

@@ -1,0 +1,85 @@
+"""Precursor alerts: raised at the evaluation where a layer's collapse and recovery are first confirmed
+while the run has not acquired. The same functions raise them live and replay them offline."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from capgeo_callbacks.detection.events import detect_acquisition, detect_collapse
+from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A precursor alert: a layer's RankMe collapsed and recovered while the run had not acquired.
+
+    Attributes:
+        kind: "layer" (once per layer) or "run" (once per run, with the first layer that raised).
+        layer: the layer whose collapse raised it.
+        step: the step of the evaluation at which it was raised.
+        collapse_step: the layer's collapse (trough) step.
+        floor: the layer's collapse floor so far.
+        recovery_step: the step at which recovery was confirmed.
+    """
+
+    kind: Literal["layer", "run"]
+    layer: str
+    step: int
+    collapse_step: int
+    floor: float
+    recovery_step: int
+
+
+def scan_alerts(
+    steps: Sequence[int],
+    acc: Sequence[float],
+    rankme: Mapping[str, Sequence[float]],
+    settings: DetectionSettings = DEFAULT_SETTINGS,
+    raised: Sequence[Alert] = (),
+) -> list[Alert]:
+    """The alerts raised at the last of ``steps``, given the alerts ``raised`` before.
+
+    A layer alert is raised the first time that layer's collapse and recovery are both confirmed on its
+    series so far while the run has not acquired; the run alert the first time any layer raises (with
+    that layer). Nothing is raised twice, and nothing once acquired.
+
+    Args:
+        steps: the evaluation steps so far.
+        acc: the accuracy at each step.
+        rankme: per layer, RankMe at each step (NaN where not measured), in depth order.
+        settings: detection settings.
+        raised: alerts raised at earlier evaluations.
+    """
+    if not steps or detect_acquisition(steps, acc, settings.threshold, settings.patience) is not None:
+        return []
+    done = {alert.layer for alert in raised if alert.kind == "layer"}
+    new: list[Alert] = []
+    for name, values in rankme.items():
+        if name in done:
+            continue
+        collapse = detect_collapse(steps, values, settings)
+        if collapse is not None and collapse.recovery_step is not None:
+            new.append(Alert("layer", name, int(steps[-1]), collapse.step, collapse.floor, collapse.recovery_step))
+    if new and not any(alert.kind == "run" for alert in raised):
+        first = new[0]
+        new.append(Alert("run", first.layer, first.step, first.collapse_step, first.floor, first.recovery_step))
+    return new
+
+
+def replay_alerts(
+    steps: Sequence[int],
+    acc: Sequence[float],
+    rankme: Mapping[str, Sequence[float]],
+    settings: DetectionSettings = DEFAULT_SETTINGS,
+) -> list[Alert]:
+    """Every alert a live run with these series would have raised, in order (offline analysis, re-scoring)."""
+    alerts: list[Alert] = []
+    for end in range(1, len(steps) + 1):
+        prefix = list(steps[:end])
+        if detect_acquisition(prefix, acc[:end], settings.threshold, settings.patience) is not None:
+            break  # acquisition, once confirmed on a prefix, stays confirmed
+        alerts += scan_alerts(prefix, acc[:end], {name: values[:end] for name, values in rankme.items()},
+                              settings, alerts)
+    return alerts

@@ -1,0 +1,42 @@
+"""Evaluation schedules: the training steps at which a run is evaluated (and measured).
+
+The default, ``geometric``, evaluates the initialised model (step 0), spaces about a quarter of the points
+geometrically over the first tenth of the budget, where the study's collapse happens, and the rest evenly
+after it, as Pythia spaced its early checkpoints; ``linear`` spaces them evenly. Both are pure functions of
+the budget, so a resumed run evaluates at the same steps as an unbroken one. docs/design.md, "When to
+measure".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SCHEDULES = ("geometric", "linear")
+EARLY_SHARE = 0.25  # share of the points in the early, geometric part
+EARLY_SPAN = 0.10  # share of the budget the early part covers
+
+
+def evaluation_steps(max_steps: int, points: int = 256, schedule: str = "geometric") -> list[int]:
+    """The sorted, distinct steps (0 to ``max_steps``) at which a run of ``max_steps`` steps is evaluated.
+
+    ``points`` counts step 0; duplicates after rounding are merged, so a short budget gets fewer points.
+
+    Raises:
+        ValueError: on an unknown schedule or a non-positive budget or point count.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown evaluation schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+    for name, value in (("max_steps", max_steps), ("points", points)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if schedule == "linear":
+        interval = max(1, math.ceil(max_steps / max(1, points - 1)))
+        return [0, *range(interval, max_steps + 1, interval)]
+    early_end = max(1, round(EARLY_SPAN * max_steps))
+    early_points = max(1, round(EARLY_SHARE * points))
+    early = np.unique(np.round(np.geomspace(1, early_end, early_points)).astype(int))
+    late_points = max(1, points - 1 - early.size)
+    late = np.unique(np.round(np.linspace(early_end, max_steps, late_points + 1)[1:]).astype(int))
+    return sorted({0, *early.tolist(), *late.tolist()})

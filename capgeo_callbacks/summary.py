@@ -1,0 +1,167 @@
+"""Run summary
+===========
+
+The one home of ``capgeo_summary.json``: its schema, its file name, building it from plain series, the
+alert message and the verdict table. The live :class:`~capgeo_callbacks.PrecursorDetector`, offline
+analysis of checkpoints and the Hugging Face callback all call :func:`build_summary`, so a summary written
+live and one written offline from the same series are equal key for key. Schema: docs/design.md, "Summary".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from capgeo_callbacks.detection import Alert, DetectionSettings, Points, detect_run
+
+__all__ = [
+    "COMPUTED_KEYS",
+    "OFFLINE_SUMMARY_FILENAME",
+    "SUMMARY_FILENAME",
+    "alert_message",
+    "build_summary",
+    "json_safe",
+    "read_summary",
+    "run_info_of",
+    "verdict_table",
+    "write_summary",
+]
+
+SUMMARY_FILENAME = "capgeo_summary.json"
+OFFLINE_SUMMARY_FILENAME = "capgeo_offline_summary.json"
+# the keys build_summary computes; every other key of a summary is the run info it was given
+COMPUTED_KEYS = ("steps", "monitor", "rows", "selectors", "settings", "acquisition_step", "verdict", "gap",
+                 "verdict_layer", "layers", "layer_order_rho", "logprob_emergence_step", "acc_at_logprob_emergence",
+                 "measures", "alerts", "series")
+
+
+def run_info_of(summary: Mapping[str, Any], exclude: Sequence[str] = ()) -> dict[str, Any]:
+    """The run-info fields of a summary (``parameters`` included): every key :func:`build_summary` does not
+    compute, nor any key in ``exclude``."""
+    return {key: value for key, value in summary.items() if key not in COMPUTED_KEYS and key not in exclude}
+
+
+def build_summary(
+    *,
+    acc: Points,
+    series: Mapping[str, Points],
+    settings: DetectionSettings,
+    alerts: Sequence[Alert] = (),
+    monitor: str = "val/acc",
+    rankme_prefix: str = "rankme/",
+    logprob_key: str | None = None,
+    logprob: Points | None = None,
+    run_info: Mapping[str, Any] | None = None,
+    steps: int | None = None,
+    parameters: int | None = None,
+    rows: Mapping[str, int] | None = None,
+    selectors: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The run summary, from plain series.
+
+    Args:
+        acc: ``[[step, accuracy], ...]`` at every evaluation (the run's evaluation steps).
+        series: every measured series by tag; tags starting with ``rankme_prefix`` are the RankMe layers,
+            in depth order.
+        settings: the detection settings.
+        alerts: the alerts raised (live) or replayed (offline), in order.
+        monitor: the accuracy key the run monitored.
+        rankme_prefix: tag prefix of the RankMe series.
+        logprob_key: the log-prob key (``val/logprob``), stored in ``series`` under that name.
+        logprob: its ``[[step, value], ...]``.
+        run_info: fields describing the run (task, difficulty, size, seed, ...), stored first.
+        steps: training steps taken (default: the last evaluation step).
+        parameters: parameter count.
+        rows: rows each tag was measured on (RankMe is only comparable at equal N).
+        selectors: token selector of each measure prefix (``{"rankme": "answer"}``).
+    """
+    rankme = {tag[len(rankme_prefix):]: points for tag, points in series.items() if tag.startswith(rankme_prefix)}
+    detected = detect_run(acc, rankme, settings, logprob=logprob, measures=series)
+    all_series: dict[str, list[list[float]]] = {"acc": _points(acc)}
+    all_series.update({tag: _points(points) for tag, points in series.items()})
+    if logprob_key is not None and logprob:
+        all_series[logprob_key] = _points(logprob)
+    info = dict(run_info or {})
+    return {
+        **info,
+        "parameters": info.get("parameters", parameters),
+        "steps": steps if steps is not None else (int(acc[-1][0]) if acc else 0),
+        "monitor": monitor,
+        "rows": dict(rows or {}),
+        "selectors": dict(selectors or {}),
+        **detected,
+        "alerts": [{"message": alert_message(alert, monitor), **asdict(alert)} for alert in alerts],
+        "series": all_series,
+    }
+
+
+def alert_message(alert: Alert, monitor: str = "val/acc") -> str:
+    """The one-line text of an alert (logging warning, logger text, summary)."""
+    where = f"the run (first layer: {alert.layer})" if alert.kind == "run" else f"layer {alert.layer}"
+    return (f"capgeo precursor alert at step {alert.step}: RankMe of {where} collapsed at step "
+            f"{alert.collapse_step} (floor {alert.floor:.2f}) and recovered by step {alert.recovery_step}, "
+            f"while {monitor} is still below the acquisition threshold")
+
+
+def verdict_table(summary: Mapping[str, Any], markdown: bool = False) -> str:
+    """The verdict and the per-layer collapse table, as plain text or Markdown."""
+    headline = (f"verdict: {summary.get('verdict')}   gap: {_cell(summary.get('gap'))} steps   "
+                f"acquisition step: {_cell(summary.get('acquisition_step'))}   log-prob emergence step: "
+                f"{_cell(summary.get('logprob_emergence_step'))}   layer-order rho: "
+                f"{_cell(summary.get('layer_order_rho'))}")
+    header = ("layer", "collapse step", "floor", "recovery step", "verdict", "gap")
+    rows = [(name, _cell(info.get("collapse_step")), _cell(info.get("floor")), _cell(info.get("recovery_step")),
+             str(info.get("verdict")), _cell(info.get("gap")))
+            for name, info in summary.get("layers", {}).items()]
+    if markdown:
+        lines = [f"**{headline}**", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [headline, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("-" * len(lines[-1]))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)
+
+
+def write_summary(summary: Mapping[str, Any], directory: str | Path, filename: str = SUMMARY_FILENAME) -> Path:
+    """Write ``summary`` as JSON (NaN and Inf as null) into ``directory``; returns the path."""
+    path = Path(directory) / filename
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(json_safe(summary), indent=1, allow_nan=False))
+    return path
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """A summary written by :func:`write_summary` (a folder means its ``capgeo_summary.json``)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / SUMMARY_FILENAME
+    return json.loads(path.read_text())
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN/Inf as None, tuples as lists, numpy and torch scalars as Python numbers."""
+    if isinstance(value, Mapping):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _points(points: Points) -> list[list[float]]:
+    return [[int(p[0]), float(p[1])] for p in points]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)

@@ -1,0 +1,32 @@
+"""Constructed series with hand-computed answers, shared by the detection tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from capgeo_callbacks.detection import Alert, PrecursorTracker
+
+STEPS = [100 * i for i in range(20)]
+# Collapse at index 8 (step 800), recovery confirmed at index 11 (step 1100), acquisition at index 15.
+# Smoothed (width 3): 10 10 10 10 9.33 7.67 5.33 3.67 [3] 3.67 5 7 8.67 9.67 10 ...; level 3 + 0.1 * 7.
+PRECURSOR_RANKME = [10, 10, 10, 10, 10, 8, 5, 3, 3, 3, 5, 7, 9, 10, 10, 10, 10, 10, 10, 10]
+PRECURSOR_ACC = [0.0] * 13 + [0.1, 0.2, 0.6, 0.7, 0.8, 0.9, 1.0]
+# RankMe still falling when accuracy crosses 0.5 at index 8 (step 800); trough at index 9.
+SIMULTANEOUS_RANKME = [10] * 6 + [8, 6, 4, 3, 3, 4, 6, 8, 10, 10, 10, 10, 10, 10]
+SIMULTANEOUS_ACC = [0.0] * 8 + [0.6] * 12
+# A second layer collapsing later: smoothed trough at index 11 (step 1100), recovery confirmed at 1400.
+LATE_RANKME = [10] * 9 + [7, 4, 3, 3, 5, 7, 9, 10, 10, 10, 10]
+
+
+def points(steps: Sequence[int], values: Sequence[float]) -> list[list[float]]:
+    """``[[step, value], ...]`` from parallel sequences."""
+    return [[step, value] for step, value in zip(steps, values, strict=True)]
+
+
+def feed(tracker: PrecursorTracker, steps: Sequence[int], acc: Sequence[float],
+         layers: Mapping[str, Sequence[float]]) -> list[Alert]:
+    """Feed every evaluation to ``tracker``, one at a time; the alerts it raised, in order."""
+    alerts: list[Alert] = []
+    for i, step in enumerate(steps):
+        alerts += tracker.update(step, acc[i], {name: values[i] for name, values in layers.items()})
+    return alerts

@@ -1,0 +1,40 @@
+"""What the library may import: never ``tasks`` or ``models`` (resolved by dotted path at run time), and
+transformers only lazily."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from capgeo_callbacks.offline import main, resolve_dotted
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_resolve_dotted() -> None:
+    assert resolve_dotted("capgeo_callbacks.detection.layer_order").__name__ == "layer_order"
+    assert resolve_dotted("capgeo_callbacks.offline:main") is main
+    assert resolve_dotted("capgeo_callbacks.analyze:main") is main  # the old command's module
+    with pytest.raises(ValueError, match="has no attribute 'Nope'"):
+        resolve_dotted("capgeo_callbacks.Nope")
+    with pytest.raises(ValueError, match="cannot import"):
+        resolve_dotted("no_such_package_xyz.Thing")
+    with pytest.raises(ValueError, match="not a dotted path"):
+        resolve_dotted(":Thing")
+
+
+def test_library_never_imports_tasks_or_models_and_transformers_only_lazily() -> None:
+    # static check: an import test in a subprocess cannot tell, since torchmetrics (under Lightning) imports
+    # transformers itself whenever it is installed
+    for path in (ROOT / "capgeo_callbacks").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(n.split(".")[0] in ("tasks", "models") for n in names), (path, names)
+        top_level = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        for node in top_level:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            assert not any(n.split(".")[0] == "transformers" for n in names), (path, names)
