@@ -34,6 +34,7 @@ from capgeo_callbacks import (
     RankMeMonitor,
 )
 from capgeo_callbacks.schedule import SCHEDULES
+from capgeo_callbacks.selectors import SELECTORS
 from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, verdict_table
 from models import SIZES, CapabilityModule
 from tasks.budgets import budget
@@ -75,6 +76,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--devices", default="1", help="Lightning devices (e.g. 1, 2, auto)")
     parser.add_argument("--strategy", default="auto", help="Lightning strategy (e.g. auto, ddp)")
     parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (auto, cpu, gpu, ...)")
+    parser.add_argument("--extra-selectors", default="",
+                        help="also measure RankMe with these comma-separated token selectors, each under "
+                             f"rankme_<selector>/ (valid: {', '.join(SELECTORS)})")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="also keep the weights after every evaluation (checkpoints/step=N.ckpt), for offline "
                              "analysis (python -m capgeo_callbacks.offline RUN_DIR)")
@@ -106,6 +110,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.measure_names = resolve_measures(args.measures)
     except ValueError as err:
         parser.error(str(err))
+    args.extra_selectors = [name.strip() for name in args.extra_selectors.split(",") if name.strip()]
+    unknown = [name for name in args.extra_selectors if name not in SELECTORS]
+    if unknown:
+        parser.error(f"unknown selector(s) {', '.join(unknown)} in --extra-selectors; valid: {', '.join(SELECTORS)}")
     args.devices = int(args.devices) if args.devices.isdigit() else args.devices
     args.name = args.name or f"{args.task}-{args.difficulty}-{args.size}-s{args.seed}"
     return args
@@ -141,11 +149,16 @@ MEASURE_CALLBACKS: dict[str, type[Callback]] = {
 }
 
 
-def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any]) -> list[Callback]:
+def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
+                            extra_selectors: Sequence[str] = ()) -> list[Callback]:
     """The capgeo callbacks for the chosen measures (built from :data:`MEASURE_OPTIONS`), with the
-    precursor detector when any measure is on."""
+    precursor detector when any measure is on. Each of ``extra_selectors`` adds a RankMe monitor with that
+    token selector under the tag prefix ``rankme_<selector>`` (detection reads the default ``rankme/``)."""
     callbacks: list[Callback] = [MEASURE_CALLBACKS[name](**MEASURE_OPTIONS.get(name, {}))
                                  for name in MEASURES if name in names]
+    options = MEASURE_OPTIONS["rankme"]
+    callbacks += [RankMeMonitor(**{**options, "selector": selector, "prefix": f"rankme_{selector}"})
+                  for selector in extra_selectors if selector != options["selector"]]
     if callbacks:
         callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info))
     return callbacks
@@ -290,7 +303,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,
                        "test_size": datamodule.test_size, "eval_batch_size": datamodule.eval_batch_size},
     }
-    measures = build_measure_callbacks(args.measure_names, run_info=run_info)
+    measures = build_measure_callbacks(args.measure_names, run_info=run_info, extra_selectors=args.extra_selectors)
     if args.stop_after_acquisition:
         measures.append(StopAfterAcquisition())
     trainer = build_trainer(args, [*measures, *callbacks], logger)
