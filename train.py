@@ -297,7 +297,8 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     run_info = {
         "task": args.task, "difficulty": args.difficulty, "size": args.size, "seed": args.seed,
         "parameters": module.model.num_parameters(), "max_steps": args.max_steps, "stop_at_step": args.stop_at_step,
-        "eval_schedule": args.eval_schedule, "eval_points": args.eval_points,
+        "eval_schedule": args.eval_schedule, "eval_points": args.eval_points, "warmup_steps": args.warmup_steps,
+        "negative_control": budget(args.task, args.difficulty).negative_control,
         "batch_size": args.batch_size, "lr": args.lr, "task_params": datamodule.params,
         # what rebuilds the same validation rows offline (python -m capgeo_callbacks.analyze)
         "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,

@@ -102,9 +102,15 @@ def build_summary(
 def alert_message(alert: Alert, monitor: str = "val/acc") -> str:
     """The one-line text of an alert (logging warning, logger text, summary)."""
     where = f"the run (first layer: {alert.layer})" if alert.kind == "run" else f"layer {alert.layer}"
+    evidence = ""
+    if alert.drop_noise_units is not None and math.isfinite(alert.peak):
+        evidence = (f"; drop {alert.peak:.2f} -> {alert.trough:.2f}, {alert.drop_noise_units:.1f} noise units, "
+                    f"{alert.step - alert.collapse_step} steps since the trough")
+    if alert.kind == "run" and len(alert.layers) > 1:
+        evidence += f"; layers {', '.join(alert.layers)}"
     return (f"capgeo precursor alert at step {alert.step}: RankMe of {where} collapsed at step "
             f"{alert.collapse_step} (floor {alert.floor:.2f}) and recovered by step {alert.recovery_step}, "
-            f"while {monitor} is still below the acquisition threshold")
+            f"while {monitor} is still below the acquisition threshold{evidence}")
 
 
 def verdict_table(summary: Mapping[str, Any], markdown: bool = False) -> str:

@@ -238,5 +238,6 @@ class PrecursorDetector(Callback):
             self.logprob = [list(p) for p in state_dict.get("logprob", [])]
         known = {item.name for item in fields(Alert)}
         saved = state_dict.get("alerts", [])
-        self.alerts = [Alert(**{k: v for k, v in alert.items() if k in known}) for alert in saved]
+        self.alerts = [Alert(**{k: tuple(v) if k == "layers" else v for k, v in alert.items() if k in known})
+                       for alert in saved]
         self._layout_written = bool(state_dict.get("layout_written", False))

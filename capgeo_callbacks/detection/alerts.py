@@ -3,8 +3,9 @@ while the run has not acquired. The same functions raise them live and replay th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from capgeo_callbacks.detection.events import detect_acquisition, detect_collapse
@@ -22,6 +23,11 @@ class Alert:
         collapse_step: the layer's collapse (trough) step.
         floor: the layer's collapse floor so far.
         recovery_step: the step at which recovery was confirmed.
+        peak: the smoothed RankMe the drop started from.
+        trough: the smoothed RankMe at the trough.
+        drop_noise_units: (peak - trough) in units of the layer's own evaluation-to-evaluation noise (None if
+            the noise could not be estimated): the evidence of how far the collapse stands out.
+        layers: for the run alert, every layer that had alerted when it was raised.
     """
 
     kind: Literal["layer", "run"]
@@ -30,6 +36,10 @@ class Alert:
     collapse_step: int
     floor: float
     recovery_step: int
+    peak: float = math.nan
+    trough: float = math.nan
+    drop_noise_units: float | None = None
+    layers: tuple[str, ...] = ()
 
 
 def scan_alerts(
@@ -42,8 +52,9 @@ def scan_alerts(
     """The alerts raised at the last of ``steps``, given the alerts ``raised`` before.
 
     A layer alert is raised the first time that layer's collapse and recovery are both confirmed on its
-    series so far while the run has not acquired; the run alert the first time any layer raises (with
-    that layer). Nothing is raised twice, and nothing once acquired.
+    series so far while the run has not acquired (only the deepest layer may alert with
+    ``settings.alert_layers == "deepest"``); the run alert once ``settings.layers_required`` layers have
+    alerted, with the first of them. Nothing is raised twice, and nothing once acquired.
 
     Args:
         steps: the evaluation steps so far.
@@ -54,17 +65,23 @@ def scan_alerts(
     """
     if not steps or detect_acquisition(steps, acc, settings.threshold, settings.patience) is not None:
         return []
-    done = {alert.layer for alert in raised if alert.kind == "layer"}
+    layer_alerts = [alert for alert in raised if alert.kind == "layer"]
+    done = {alert.layer for alert in layer_alerts}
+    names = list(rankme)
+    eligible = names[-1:] if settings.alert_layers == "deepest" else names
     new: list[Alert] = []
-    for name, values in rankme.items():
+    for name in eligible:
         if name in done:
             continue
-        collapse = detect_collapse(steps, values, settings)
+        collapse = detect_collapse(steps, rankme[name], settings)
         if collapse is not None and collapse.recovery_step is not None:
-            new.append(Alert("layer", name, int(steps[-1]), collapse.step, collapse.floor, collapse.recovery_step))
-    if new and not any(alert.kind == "run" for alert in raised):
-        first = new[0]
-        new.append(Alert("run", first.layer, first.step, first.collapse_step, first.floor, first.recovery_step))
+            new.append(Alert("layer", name, int(steps[-1]), collapse.step, collapse.floor, collapse.recovery_step,
+                             collapse.peak, collapse.trough, collapse.drop_in_noise_units))
+    alerted = layer_alerts + new
+    needed = min(settings.layers_required, len(eligible))
+    if new and len(alerted) >= needed and not any(alert.kind == "run" for alert in raised):
+        first = alerted[0]
+        new.append(replace(first, kind="run", step=int(steps[-1]), layers=tuple(a.layer for a in alerted)))
     return new
 
 

@@ -45,6 +45,9 @@ class Collapse:
         peak_step: step of the peak.
         drop_fraction: (peak - trough) / peak, on the smoothed series.
         recovery_step: step at which recovery was confirmed, or None (not recovered, or not yet).
+        trough: the smoothed RankMe at the trough.
+        noise: the series' evaluation-to-evaluation noise (a robust standard deviation of its successive
+            differences over the points considered, divided by sqrt 2), 0 with fewer than 3 points.
     """
 
     step: int
@@ -53,6 +56,13 @@ class Collapse:
     peak_step: int
     drop_fraction: float
     recovery_step: int | None
+    trough: float = math.nan
+    noise: float = 0.0
+
+    @property
+    def drop_in_noise_units(self) -> float | None:
+        """(peak - trough) / noise: how far the drop stands out of the series' own noise."""
+        return None if self.noise <= 0 else (self.peak - self.trough) / self.noise
 
 
 @dataclass(frozen=True)
@@ -150,16 +160,17 @@ def detect_collapse(
 ) -> Collapse | None:
     """A layer's RankMe collapse and its recovery, on a plain series.
 
-    1. Keep the finite points with step <= ``until_step`` (NaN marks a skipped measurement).
+    1. Keep the finite points with ``guard_steps`` <= step <= ``until_step`` (NaN marks a skipped measurement).
     2. Smooth: centred moving average of ``settings.smoothing`` points, shrinking at the edges.
     3. The trough is the lowest smoothed point (first occurrence) among those whose drop from the highest
        smoothed value at or before them (the peak) is at least ``min_drop`` of that peak. Restricting to
        qualifying points catches RankMe that starts low, expands, then collapses to a value still above
-       the initial one.
+       the initial one. With ``noise_units`` > 0 the drop must also be that many noise units.
     4. floor = the minimum raw value from the peak onward.
-    5. Recovery: the first time after the trough that the smoothed value has been
-       >= trough + recovery_fraction * (peak - trough) for ``recovery_evals`` consecutive evaluations;
-       the step reported is the last of those, when recovery is confirmed.
+    5. Recovery: the first time after the trough that the smoothed value has been at or above
+       trough + max(recovery_fraction * (peak - trough), min_recovery, noise_units * noise) for
+       ``recovery_evals`` consecutive evaluations; the step reported is the last of those, when recovery is
+       confirmed.
 
     O(n) with numpy. Smoothed values at the end of a prefix use a shrunk window and may change as points
     arrive.
@@ -170,6 +181,8 @@ def detect_collapse(
     step_list = check_steps(steps)
     values = np.asarray(as_floats("rankme", rankme, len(step_list)), dtype=np.float64)
     keep = np.isfinite(values)
+    if settings.guard_steps:
+        keep &= np.asarray(step_list, dtype=np.int64) >= settings.guard_steps
     if until_step is not None:
         keep &= np.asarray(step_list, dtype=np.int64) <= int(until_step)
     index = np.flatnonzero(keep)
@@ -179,7 +192,10 @@ def detect_collapse(
     smooth = moving_average(raw, settings.smoothing)
     running_peak = np.maximum.accumulate(smooth)
     drop = running_peak - smooth
+    noise = noise_scale(raw)
     qualifies = (drop >= settings.min_drop * running_peak) & (drop > 0) & (running_peak > 0)
+    if settings.noise_units:
+        qualifies &= drop >= settings.noise_units * noise
     if not qualifies.any():
         return None
     candidates = np.flatnonzero(qualifies)
@@ -187,7 +203,9 @@ def detect_collapse(
     peak_value = float(running_peak[trough])
     peak = int(np.argmax(smooth[: trough + 1]))  # first occurrence of the peak
     trough_value = float(smooth[trough])
-    level = trough_value + settings.recovery_fraction * (peak_value - trough_value)
+    rise = max(settings.recovery_fraction * (peak_value - trough_value), settings.min_recovery,
+               settings.noise_units * noise)
+    level = trough_value + rise
     recovery = None
     run = 0
     for j in range(trough + 1, smooth.size):
@@ -202,7 +220,17 @@ def detect_collapse(
         peak_step=step_list[int(index[peak])],
         drop_fraction=(peak_value - trough_value) / peak_value,
         recovery_step=recovery,
+        trough=trough_value,
+        noise=noise,
     )
+
+
+def noise_scale(values: np.ndarray) -> float:
+    """A robust standard deviation of a series' noise: 1.4826 x the median absolute successive difference,
+    over sqrt 2 (a difference of two independent draws has twice the variance); 0 with fewer than 3 points."""
+    if values.size < 3:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(np.diff(values))) / math.sqrt(2.0))
 
 
 def precursor_verdict(

@@ -16,9 +16,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_SETTINGS", "MEASURE_TRANSITIONS", "TRANSITION_KINDS", "DetectionSettings", "transition_kind"]
+__all__ = [
+    "ALERT_LAYERS",
+    "DEFAULT_SETTINGS",
+    "MEASURE_TRANSITIONS",
+    "TRANSITION_KINDS",
+    "DetectionSettings",
+    "transition_kind",
+]
 
 TRANSITION_KINDS = ("collapse", "crossing", "change")
+ALERT_LAYERS = ("any", "deepest")
 
 # How each measure's own transition is found, for the per-measure precursor rate. A key ending in "/" is a
 # tag prefix; the longest matching prefix wins.
@@ -48,6 +56,16 @@ class DetectionSettings:
         logprob_threshold: mean answer log-prob at which log-prob emergence is reported, finite and <= 0.
         measure_transitions: per measured tag (or tag prefix ending in ``/``), how its transition is found:
             ``collapse``, ``crossing`` or ``change`` (see :func:`~capgeo_callbacks.detection.measure_transition`).
+        guard_steps: RankMe points before this step are ignored (a learning-rate warm-up's dip), >= 0.
+        noise_units: the drop, and the rise that confirms recovery, must each be at least this many times the
+            series' own evaluation-to-evaluation noise (a robust standard deviation), >= 0 (0: no noise scale).
+        min_recovery: the rise that confirms recovery must be at least this much RankMe (absolute), >= 0.
+        alert_layers: which layers may raise an alert: ``any`` watched layer, or only the ``deepest``.
+        layers_required: layers that must have alerted before the run alert is raised (at most the layers
+            that may alert), >= 1.
+
+    The defaults of the last five are the study's rule (docs/design.md, "Detection"); other rules are
+    adopted only where held-out seeds say they are better (README, "What the warning is worth").
 
     Raises:
         ValueError: on any value outside its range; the message names the setting and the range.
@@ -67,15 +85,20 @@ class DetectionSettings:
     smoothing: int = 3
     logprob_threshold: float = math.log(0.5)
     measure_transitions: Mapping[str, str] = field(default_factory=lambda: dict(MEASURE_TRANSITIONS))
+    guard_steps: int = 0
+    noise_units: float = 0.0
+    min_recovery: float = 0.0
+    alert_layers: str = "any"
+    layers_required: int = 1
 
     def __post_init__(self) -> None:
         for item in fields(self):
             check_setting(item.name, getattr(self, item.name))
         # read-only, so a validated setting cannot be changed afterwards
         object.__setattr__(self, "measure_transitions", MappingProxyType(dict(self.measure_transitions)))
-        for name in ("threshold", "min_drop", "recovery_fraction", "logprob_threshold"):
+        for name in ("threshold", "min_drop", "recovery_fraction", "logprob_threshold", "noise_units", "min_recovery"):
             object.__setattr__(self, name, float(getattr(self, name)))
-        for name in ("patience", "window", "recovery_evals", "smoothing"):
+        for name in ("patience", "window", "recovery_evals", "smoothing", "guard_steps", "layers_required"):
             object.__setattr__(self, name, int(getattr(self, name)))
 
     def __hash__(self) -> int:
@@ -105,10 +128,16 @@ def check_setting(name: str, value: Any) -> None:
     if name == "threshold":
         if not _is_real(value) or not 0 < value <= 1:
             raise ValueError(f"threshold must be an accuracy in (0, 1], got {value!r}")
-    elif name in ("patience", "recovery_evals"):
+    elif name in ("patience", "recovery_evals", "layers_required"):
         check_int(name, value, 1)
-    elif name == "window":
+    elif name in ("window", "guard_steps"):
         check_int(name, value, 0)
+    elif name in ("noise_units", "min_recovery"):
+        if not _is_real(value) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    elif name == "alert_layers":
+        if value not in ALERT_LAYERS:
+            raise ValueError(f"alert_layers must be one of {', '.join(ALERT_LAYERS)}, got {value!r}")
     elif name == "min_drop":
         if not _is_real(value) or not 0 < value < 1:
             raise ValueError(f"min_drop must be in (0, 1) (a fraction of the peak), got {value!r}")

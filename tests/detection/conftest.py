@@ -30,3 +30,8 @@ def feed(tracker: PrecursorTracker, steps: Sequence[int], acc: Sequence[float],
     for i, step in enumerate(steps):
         alerts += tracker.update(step, acc[i], {name: values[i] for name, values in layers.items()})
     return alerts
+
+
+def core(alerts: list[Alert]) -> list[tuple]:
+    """What an alert says happened (its evidence fields aside): kind, layer, step, collapse, floor, recovery."""
+    return [(a.kind, a.layer, a.step, a.collapse_step, a.floor, a.recovery_step) for a in alerts]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 from hypothesis import given, settings
@@ -26,14 +26,15 @@ from tests.detection.conftest import (
     SIMULTANEOUS_ACC,
     SIMULTANEOUS_RANKME,
     STEPS,
+    core,
     feed,
 )
 
 LAYERS = {"blocks.0": PRECURSOR_RANKME, "blocks.1": LATE_RANKME}
 EXPECTED = [
-    Alert("layer", "blocks.0", 1100, 800, 3.0, 1100),
-    Alert("run", "blocks.0", 1100, 800, 3.0, 1100),
-    Alert("layer", "blocks.1", 1400, 1100, 3.0, 1400),
+    ("layer", "blocks.0", 1100, 800, 3.0, 1100),
+    ("run", "blocks.0", 1100, 800, 3.0, 1100),
+    ("layer", "blocks.1", 1400, 1100, 3.0, 1400),
 ]
 
 
@@ -44,32 +45,50 @@ def prefix(end: int, layers: dict[str, list[float]] = LAYERS) -> tuple[list[int]
 def test_scan_alerts_at_the_evaluation_recovery_is_confirmed() -> None:
     # on the prefix ending at step 1000 the smoothed value there is (3 + 5) / 2 = 4 >= 3.7, one evaluation only
     assert scan_alerts(*prefix(11)) == []
-    assert scan_alerts(*prefix(12)) == EXPECTED[:2]
+    raised = scan_alerts(*prefix(12))
+    assert core(raised) == EXPECTED[:2]
+    assert (raised[0].peak, raised[0].trough, raised[1].layers) == (10.0, 3.0, ("blocks.0",))  # the evidence
     # given what was raised, nothing is raised again
-    assert scan_alerts(*prefix(13), raised=EXPECTED[:2]) == []
+    assert scan_alerts(*prefix(13), raised=raised) == []
     # a later layer alert comes without a second run alert
-    assert scan_alerts(*prefix(15), raised=EXPECTED[:2]) == EXPECTED[2:]
+    assert core(scan_alerts(*prefix(15), raised=raised)) == EXPECTED[2:]
     assert scan_alerts([], [], {}) == []
 
 
 def test_scan_alerts_run_alert_is_the_first_layer_s() -> None:
     both = {"x": PRECURSOR_RANKME, "y": PRECURSOR_RANKME}
-    assert scan_alerts(*prefix(12, both)) == [
-        Alert("layer", "x", 1100, 800, 3.0, 1100),
-        Alert("layer", "y", 1100, 800, 3.0, 1100),
-        Alert("run", "x", 1100, 800, 3.0, 1100),
+    alerts = scan_alerts(*prefix(12, both))
+    assert core(alerts) == [
+        ("layer", "x", 1100, 800, 3.0, 1100),
+        ("layer", "y", 1100, 800, 3.0, 1100),
+        ("run", "x", 1100, 800, 3.0, 1100),
     ]
+    assert alerts[2].layers == ("x", "y")
+
+
+def test_scan_alerts_deepest_layer_and_layers_required() -> None:
+    both = {"x": PRECURSOR_RANKME, "y": LATE_RANKME}
+    # only the deepest (last) layer may alert: y's later collapse
+    deepest = replay_alerts(STEPS, PRECURSOR_ACC, both, DetectionSettings(alert_layers="deepest"))
+    assert core(deepest) == [("layer", "y", 1400, 1100, 3.0, 1400), ("run", "y", 1400, 1100, 3.0, 1400)]
+    # two layers required: the run alert waits for the second layer, and names both
+    two = replay_alerts(STEPS, PRECURSOR_ACC, both, DetectionSettings(layers_required=2))
+    assert core(two) == [("layer", "x", 1100, 800, 3.0, 1100), ("layer", "y", 1400, 1100, 3.0, 1400),
+                         ("run", "x", 1400, 800, 3.0, 1100)]
+    assert two[-1].layers == ("x", "y")
 
 
 def test_scan_alerts_uses_the_settings() -> None:
     # three confirming evaluations: recovery confirmed at 1200
     assert scan_alerts(*prefix(12), settings=DetectionSettings(recovery_evals=3)) == []
-    assert scan_alerts(*prefix(13), settings=DetectionSettings(recovery_evals=3))[0] == Alert(
+    assert core(scan_alerts(*prefix(13), settings=DetectionSettings(recovery_evals=3)))[0] == (
         "layer", "blocks.0", 1200, 800, 3.0, 1200)
     # threshold 0.1, patience 2: acquisition (0.1, 0.2 at 1300, 1400) is confirmed at step 1400, the
     # evaluation at which blocks.1 would alert: it does not
-    assert replay_alerts(STEPS, PRECURSOR_ACC, LAYERS, DetectionSettings(threshold=0.1, patience=2)) == EXPECTED[:2]
-    assert replay_alerts(STEPS, PRECURSOR_ACC, LAYERS, DetectionSettings(threshold=0.1, patience=3)) == EXPECTED
+    assert core(replay_alerts(STEPS, PRECURSOR_ACC, LAYERS, DetectionSettings(threshold=0.1, patience=2))) == (
+        EXPECTED[:2])
+    assert core(replay_alerts(STEPS, PRECURSOR_ACC, LAYERS, DetectionSettings(threshold=0.1, patience=3))) == (
+        EXPECTED)
     assert replay_alerts(STEPS, [1.0] * 20, LAYERS, DetectionSettings(patience=1)) == []
 
 
@@ -84,18 +103,19 @@ def test_no_alert_once_acquired() -> None:
 
 def test_replay_equals_feeding_the_tracker() -> None:
     tracker = PrecursorTracker()
-    assert feed(tracker, STEPS, PRECURSOR_ACC, LAYERS) == EXPECTED
-    assert replay_alerts(STEPS, PRECURSOR_ACC, LAYERS) == EXPECTED
+    assert core(feed(tracker, STEPS, PRECURSOR_ACC, LAYERS)) == EXPECTED
+    assert feed(PrecursorTracker(), STEPS, PRECURSOR_ACC, LAYERS) == replay_alerts(STEPS, PRECURSOR_ACC, LAYERS)
 
 
 @pytest.mark.parametrize("cut", [5, 10, 11, 12, 14])
 def test_resuming_from_saved_alerts_repeats_nothing_and_loses_nothing(cut: int) -> None:
     before = replay_alerts(*prefix(cut))
-    saved = [Alert(**alert) for alert in json.loads(json.dumps([asdict(a) for a in before], allow_nan=False))]
+    stored = json.loads(json.dumps([asdict(a) for a in before]))
+    saved = [Alert(**{**alert, "layers": tuple(alert["layers"])}) for alert in stored]
     after: list[Alert] = []
     for end in range(cut + 1, len(STEPS) + 1):
         after += scan_alerts(*prefix(end), raised=saved + after)
-    assert before + after == EXPECTED
+    assert core(before + after) == EXPECTED
 
 
 # --- properties over random series ----------------------------------------------------------------
@@ -148,8 +168,8 @@ def test_replay_alerts_properties(run: tuple[list[int], list[float], dict[str, l
     if layer_alerts:
         first = layer_alerts[0]
         i = run_alerts[0]
-        assert alerts[i] == Alert("run", first.layer, first.step, first.collapse_step, first.floor,
-                                  first.recovery_step)
+        assert core([alerts[i]]) == core([replace(first, kind="run")])
+        assert alerts[i].layers == tuple(a.layer for a in layer_alerts if a.step == first.step)
         assert [a.step for a in alerts[:i]] == [first.step] * i
         assert all(a.step > first.step for a in alerts[i + 1:])
     # each layer alert is the collapse confirmed on the series up to its evaluation

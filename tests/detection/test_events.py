@@ -83,7 +83,7 @@ def test_logprob_emergence() -> None:
 def test_drop_and_recovery_collapse_exact() -> None:
     collapse = detect_collapse(STEPS, PRECURSOR_RANKME)
     assert collapse == Collapse(step=800, floor=3.0, peak=10.0, peak_step=0, drop_fraction=pytest.approx(0.7),
-                                recovery_step=1100)
+                                recovery_step=1100, trough=3.0, noise=collapse.noise)
     # more confirming evaluations -> later confirmation; a larger fraction -> later level
     assert detect_collapse(STEPS, PRECURSOR_RANKME, DetectionSettings(recovery_evals=3)).recovery_step == 1200
     assert detect_collapse(STEPS, PRECURSOR_RANKME, DetectionSettings(recovery_fraction=0.9)).recovery_step == 1400
@@ -267,3 +267,30 @@ def test_old_keyword_settings_are_rejected() -> None:
         detect_collapse(STEPS, PRECURSOR_RANKME, min_drop=0.2)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         precursor_verdict(STEPS, 1500, None, window=4)  # type: ignore[call-arg]
+
+
+def test_guard_steps_ignore_a_warm_up_dip() -> None:
+    # a dip at steps 100-200 (inside a warm-up), then a flat series: the dip is the only collapse
+    values = [10.0, 4.0, 4.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0]
+    steps = list(range(0, 1000, 100))
+    found = detect_collapse(steps, values, DetectionSettings(smoothing=1))
+    assert found is not None and found.step == 100
+    assert detect_collapse(steps, values, DetectionSettings(smoothing=1, guard_steps=300)) is None
+
+
+def test_noise_units_ask_the_drop_and_the_rise_to_stand_out_of_the_noise() -> None:
+    # alternating +-1 around 10 (noise sigma = 1.4826 * 2 / sqrt 2 = 2.097), a drop to 6, back to 10
+    values = [10.0 + (1.0 if i % 2 else -1.0) for i in range(12)] + [6.0, 6.0] + [10.0] * 6
+    steps = list(range(len(values)))
+    plain = detect_collapse(steps, values, DetectionSettings(smoothing=1))
+    assert plain is not None and plain.noise == pytest.approx(1.4826 * 2 / math.sqrt(2))
+    assert plain.drop_in_noise_units == pytest.approx((11.0 - 6.0) / plain.noise)
+    assert detect_collapse(steps, values, DetectionSettings(smoothing=1, noise_units=2.0)) is not None
+    assert detect_collapse(steps, values, DetectionSettings(smoothing=1, noise_units=3.0)) is None  # 5 < 6.3
+
+
+def test_min_recovery_asks_an_absolute_rise() -> None:
+    values = [3.0, 1.2, 1.0, 1.3, 1.4, 1.5, 1.6]
+    steps = list(range(len(values)))
+    assert detect_collapse(steps, values, DetectionSettings(smoothing=1)).recovery_step == 4
+    assert detect_collapse(steps, values, DetectionSettings(smoothing=1, min_recovery=1.0)).recovery_step is None

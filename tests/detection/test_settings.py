@@ -29,6 +29,11 @@ RANGES = {
     "smoothing": r"smoothing must be an odd integer >= 1",
     "logprob_threshold": r"logprob_threshold must be a finite log-probability <= 0",
     "measure_transitions": r"measure_transitions.*collapse, crossing, change",
+    "guard_steps": r"guard_steps must be an integer >= 0",
+    "noise_units": r"noise_units must be a finite number >= 0",
+    "min_recovery": r"min_recovery must be a finite number >= 0",
+    "alert_layers": r"alert_layers must be one of any, deepest",
+    "layers_required": r"layers_required must be an integer >= 1",
 }
 
 BAD_VALUES = [
@@ -45,6 +50,11 @@ BAD_VALUES = [
     ("measure_transitions", {"llc": "jump"}), ("measure_transitions", {"llc": None}),
     ("measure_transitions", ["llc", "change"]), ("measure_transitions", {3: "change"}),
     ("measure_transitions", "llc"),
+    ("guard_steps", -1), ("guard_steps", 1.5), ("guard_steps", True),
+    ("noise_units", -1.0), ("noise_units", math.inf), ("noise_units", math.nan), ("noise_units", "3"),
+    ("min_recovery", -0.5), ("min_recovery", math.inf), ("min_recovery", None),
+    ("alert_layers", "all"), ("alert_layers", None),
+    ("layers_required", 0), ("layers_required", 2.0),
 ]
 
 
@@ -107,7 +117,8 @@ def test_to_dict_from_dict_round_trip() -> None:
     values = settings.to_dict()
     assert values == {"threshold": 0.8, "patience": 2, "window": 5, "min_drop": 0.4, "recovery_fraction": 0.3,
                       "recovery_evals": 4, "smoothing": 5, "logprob_threshold": -0.2,
-                      "measure_transitions": {"llc": "collapse", "probe_acc/": "crossing"}}
+                      "measure_transitions": {"llc": "collapse", "probe_acc/": "crossing"}, "guard_steps": 0,
+                      "noise_units": 0.0, "min_recovery": 0.0, "alert_layers": "any", "layers_required": 1}
     assert DetectionSettings.from_dict(values) == settings
     assert DetectionSettings.from_dict(json.loads(json.dumps(values, allow_nan=False))) == settings
     assert DetectionSettings.from_dict(DetectionSettings().to_dict()) == DetectionSettings()

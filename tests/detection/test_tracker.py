@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from capgeo_callbacks.detection import (
-    Alert,
     DetectionSettings,
     PrecursorTracker,
     detect_run,
@@ -22,6 +21,7 @@ from tests.detection.conftest import (
     SIMULTANEOUS_ACC,
     SIMULTANEOUS_RANKME,
     STEPS,
+    core,
     feed,
     points,
 )
@@ -35,10 +35,10 @@ def same(a: list[float], b: list[float]) -> bool:
 def test_tracker_raises_each_alert_once() -> None:
     tracker = PrecursorTracker()
     alerts = feed(tracker, STEPS, PRECURSOR_ACC, {"blocks.0": PRECURSOR_RANKME, "blocks.1": LATE_RANKME})
-    assert alerts == [
-        Alert("layer", "blocks.0", 1100, 800, 3.0, 1100),
-        Alert("run", "blocks.0", 1100, 800, 3.0, 1100),
-        Alert("layer", "blocks.1", 1400, 1100, 3.0, 1400),
+    assert core(alerts) == [
+        ("layer", "blocks.0", 1100, 800, 3.0, 1100),
+        ("run", "blocks.0", 1100, 800, 3.0, 1100),
+        ("layer", "blocks.1", 1400, 1100, 3.0, 1400),
     ]
     assert tracker.alerts == alerts
     assert tracker.acquired_step == 1500
@@ -81,12 +81,12 @@ def test_noise_around_a_constant_gives_no_alert() -> None:
 def test_tracker_uses_its_settings() -> None:
     layers = {"blocks.0": PRECURSOR_RANKME, "blocks.1": LATE_RANKME}
     tracker = PrecursorTracker(DetectionSettings(threshold=0.1, patience=2))
-    assert feed(tracker, STEPS, PRECURSOR_ACC, layers) == [
-        Alert("layer", "blocks.0", 1100, 800, 3.0, 1100), Alert("run", "blocks.0", 1100, 800, 3.0, 1100)]
+    assert core(feed(tracker, STEPS, PRECURSOR_ACC, layers)) == [
+        ("layer", "blocks.0", 1100, 800, 3.0, 1100), ("run", "blocks.0", 1100, 800, 3.0, 1100)]
     assert tracker.acquired_step == 1300
     assert tracker.results()["settings"]["threshold"] == 0.1
     slow = PrecursorTracker(DetectionSettings(recovery_evals=3))
-    assert feed(slow, STEPS, PRECURSOR_ACC, layers)[0] == Alert("layer", "blocks.0", 1200, 800, 3.0, 1200)
+    assert core(feed(slow, STEPS, PRECURSOR_ACC, layers))[0] == ("layer", "blocks.0", 1200, 800, 3.0, 1200)
 
 
 def test_tracker_equals_replay_and_detect_run() -> None:
