@@ -84,7 +84,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "analysis (python -m capgeo_callbacks.offline RUN_DIR)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--stop-after-acquisition", action="store_true",
-                        help="end the run once acquisition is confirmed (calibration sweeps)")
+                        help="end the run --evals-after-acquisition evaluations after acquisition is confirmed "
+                             "(sweeps and the corpus: the rest of the budget adds nothing to the warning's record)")
+    parser.add_argument("--evals-after-acquisition", type=int, default=8,
+                        help="evaluations to keep after acquisition is confirmed, with --stop-after-acquisition")
     parser.add_argument("--stop-at-step", type=int, default=None,
                         help="end the run at this step (default: --max-steps); the schedule and evaluation cadence "
                              "still follow --max-steps, so the run is the start of the full one and --resume with a "
@@ -101,6 +104,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--max-steps must be at least 1, got {args.max_steps}")
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.evals_after_acquisition < 0:
+        parser.error(f"--evals-after-acquisition must be at least 0, got {args.evals_after_acquisition}")
     if args.eval_points < 1:
         parser.error(f"--eval-points must be at least 1, got {args.eval_points}")
     args.stop_at_step = args.max_steps if args.stop_at_step is None else args.stop_at_step
@@ -190,11 +195,18 @@ def make_datamodule(args: argparse.Namespace) -> tasks.TaskDataModule:
 
 
 class StopAfterAcquisition(Callback):
-    """Stop training once the precursor detector has confirmed acquisition (for calibration sweeps)."""
+    """Stop training ``evaluations`` evaluations after the precursor detector has confirmed acquisition."""
+
+    def __init__(self, evaluations: int = 0) -> None:
+        self.evaluations = evaluations
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        detectors = [cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)]
-        if detectors and detectors[0].acquired_step is not None:
+        detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
+        if detector is None or trainer.sanity_checking or detector.acquired_step is None:
+            return
+        steps = [int(point[0]) for point in detector.acc]
+        confirmed = steps.index(detector.acquired_step) + detector.settings.patience - 1
+        if len(steps) - 1 - confirmed >= self.evaluations:
             trainer.should_stop = True
 
 
@@ -306,7 +318,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     }
     measures = build_measure_callbacks(args.measure_names, run_info=run_info, extra_selectors=args.extra_selectors)
     if args.stop_after_acquisition:
-        measures.append(StopAfterAcquisition())
+        measures.append(StopAfterAcquisition(args.evals_after_acquisition))
     trainer = build_trainer(args, [*measures, *callbacks], logger)
     started = time.perf_counter()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from capgeo_callbacks.detection import spearman
-from capgeo_callbacks.summary import SUMMARY_FILENAME
+from capgeo_callbacks.figures import plot_grid, plot_run
+from capgeo_callbacks.summary import SUMMARY_FILENAME, layer_names
 
 __all__ = [
     "RunRecord",
@@ -138,15 +139,6 @@ def _sort_key(record: RunRecord) -> tuple[Any, ...]:
 
 def _seed_key(seed: Any) -> float:
     return float(seed) if isinstance(seed, (int, float)) else math.inf
-
-
-def layer_names(summary: Mapping[str, Any]) -> list[str]:
-    """The watched layers in watch order (shallowest first: the detector's depth order), from the summary."""
-    names = list(summary.get("layers", {}) or {})
-    for tag in summary.get("series", {}) or {}:
-        if tag.startswith(RANKME_PREFIX) and tag[len(RANKME_PREFIX):] not in names:
-            names.append(tag[len(RANKME_PREFIX):])
-    return names
 
 
 # ------------------------------------------------------------------------------------------------- rows
@@ -529,167 +521,6 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     return path
 
 
-# ---------------------------------------------------------------------------------------------- figures
-
-
-def _figure(width: float, height: float, dpi: int) -> Any:
-    """A matplotlib Figure on the Agg canvas, without pyplot (no global backend switch, no GUI)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), dpi=dpi)
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def _series(summary: Mapping[str, Any], tag: str) -> tuple[list[float], list[float]]:
-    points = [p for p in (summary.get("series", {}) or {}).get(tag) or []
-              if p[1] is not None and math.isfinite(float(p[1]))]
-    return [float(p[0]) for p in points], [float(p[1]) for p in points]
-
-
-def _layer_colours(names: Sequence[str]) -> dict[str, Any]:
-    from matplotlib import colormaps
-
-    cmap = colormaps["viridis"]
-    return {name: cmap(0.85 * i / max(1, len(names) - 1)) for i, name in enumerate(names)}
-
-
-def _draw_run(
-    axis: Any, summary: Mapping[str, Any], *, markers: bool, linewidth: float, twin: Any = None
-) -> tuple[Any, list[Any]]:
-    """RankMe per layer on ``axis`` (log scale), accuracy on ``twin`` (a new twin axis if None).
-
-    Returns:
-        (twin, legend handles).
-    """
-    names = layer_names(summary)
-    colours = _layer_colours(names)
-    handles = []
-    positive = True
-    for name in names:
-        steps, values = _series(summary, RANKME_PREFIX + name)
-        if not steps:
-            continue
-        positive &= min(values) > 0
-        (line,) = axis.plot(steps, values, color=colours[name], linewidth=linewidth, label=f"RankMe {name}")
-        handles.append(line)
-        collapse = ((summary.get("layers", {}) or {}).get(name) or {}).get("collapse_step")
-        if markers and collapse is not None:
-            at = min(range(len(steps)), key=lambda i: abs(steps[i] - collapse))
-            axis.plot([steps[at]], [values[at]], marker="v", markersize=9, color=colours[name],
-                      markeredgecolor="black", linestyle="none")
-    if handles and positive:
-        _log_scale(axis)
-    twin = axis.twinx() if twin is None else twin
-    steps, acc = _series(summary, "acc")
-    if steps:
-        (line,) = twin.plot(steps, acc, color="black", linewidth=linewidth + 0.8,
-                            label=f"accuracy ({summary.get('monitor', 'val/acc')})")
-        handles.append(line)
-    twin.set_ylim(-0.03, 1.03)
-    acquisition = summary.get("acquisition_step")
-    if acquisition is not None:
-        handles.append(axis.axvline(acquisition, color="red", linestyle="--", linewidth=1.3,
-                                    label=f"acquisition (step {acquisition})"))
-    return twin, handles
-
-
-def _log_scale(axis: Any) -> None:
-    """Log y scale with plain numbers ("20", not "2 x 10^1"): RankMe often spans less than a decade."""
-    from matplotlib.ticker import FuncFormatter, LogFormatter
-
-    axis.set_yscale("log")
-    axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
-
-
-def _run_title(name: str, summary: Mapping[str, Any]) -> str:
-    parameters = summary.get("parameters")
-    head = f"{name}: {fmt(summary.get('task'))} / {fmt(summary.get('difficulty'))}, size {fmt(summary.get('size'))}"
-    if isinstance(parameters, int):
-        head += f" ({parameters:,} parameters)"
-    return (f"{head}\nverdict {fmt(summary.get('verdict'))}, gap {fmt(summary.get('gap'))} steps, "
-            f"acquisition step {fmt(summary.get('acquisition_step'))}")
-
-
-def plot_run(record: RunRecord, path: str | Path, dpi: int = 110) -> Path:
-    """One run's figure: RankMe per layer (left, log scale) and accuracy (right) against step, with the
-    acquisition step (red dashed line) and each layer's collapse step (triangle on its curve) marked."""
-    from matplotlib.lines import Line2D
-
-    figure = _figure(9, 5, dpi)
-    axis = figure.add_subplot()
-    twin, handles = _draw_run(axis, record.summary, markers=True, linewidth=1.6)
-    if any(((record.summary.get("layers", {}) or {}).get(n) or {}).get("collapse_step") is not None
-           for n in layer_names(record.summary)):
-        handles.append(Line2D([], [], marker="v", color="grey", markeredgecolor="black", linestyle="none",
-                              markersize=8, label="collapse step (per layer)"))
-    axis.set_xlabel("training step")
-    axis.set_ylabel("RankMe" + (" (log scale)" if axis.get_yscale() == "log" else ""))
-    twin.set_ylabel("validation accuracy (exact match)")
-    axis.set_title(_run_title(record.name, record.summary), fontsize=10)
-    axis.grid(True, which="major", alpha=0.3)
-    if handles:
-        axis.legend(handles=handles, loc="center left", bbox_to_anchor=(1.1, 0.5), fontsize=8, frameon=False)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    return path
-
-
-def plot_grid(records: Sequence[RunRecord], path: str | Path, dpi: int = 80) -> Path:
-    """Every run on one figure: rows are tasks, columns difficulty / size (sizes by parameters).
-
-    A cell overlays the seeds of its task, difficulty and size. Each cell shows RankMe per layer (log
-    scale, colour from shallow to deep), accuracy (black, right axis, 0 to 1) and acquisition (red dashed).
-    """
-    def column_key(s: Mapping[str, Any]) -> tuple[Any, ...]:
-        difficulty = str(s.get("difficulty"))
-        parameters = s.get("parameters")
-        return (_DIFFICULTY_ORDER.get(difficulty, 9), difficulty,
-                parameters if isinstance(parameters, (int, float)) else math.inf, str(s.get("size")))
-
-    tasks = list(dict.fromkeys(str(r.summary.get("task", MISSING)) for r in records))
-    columns = sorted({column_key(r.summary) for r in records})
-    cells: dict[tuple[str, tuple[Any, ...]], list[RunRecord]] = {}
-    for record in records:
-        cells.setdefault((str(record.summary.get("task", MISSING)), column_key(record.summary)), []).append(record)
-    nrows, ncols = max(1, len(tasks)), max(1, len(columns))
-    height = 2.6 * nrows + 1.2
-    figure = _figure(max(7.0, 3.2 * ncols + 0.8), height, dpi)
-    axes = figure.subplots(nrows, ncols, squeeze=False)
-    for i, task in enumerate(tasks):
-        for j, column in enumerate(columns):
-            axis = axes[i][j]
-            runs = cells.get((task, column), [])
-            label = f"{column[1]} / {column[3]}"
-            if not runs:
-                axis.set_axis_off()
-                axis.text(0.5, 0.5, f"{task}\n{label}\nno run", ha="center", va="center", fontsize=8, color="grey")
-                continue
-            twin = None
-            for record in runs:  # seeds overlaid on one pair of axes
-                twin, _ = _draw_run(axis, record.summary, markers=False, linewidth=1.0, twin=twin)
-            twin.tick_params(labelsize=7, labelright=j == ncols - 1)
-            verdicts = ", ".join(sorted({fmt(r.summary.get("verdict")) for r in runs}))
-            seeds = f", {len(runs)} seeds" if len(runs) > 1 else ""
-            axis.set_title(f"{task}: {label}{seeds}\n{verdicts}", fontsize=8)
-            axis.tick_params(labelsize=7)
-            if j == 0:
-                axis.set_ylabel("RankMe", fontsize=8)
-            if i == nrows - 1:
-                axis.set_xlabel("step", fontsize=8)
-    figure.suptitle("RankMe per layer (colour: shallow to deep, log scale)\n"
-                    "accuracy (black, right axis, 0-1), acquisition (red dashed)", fontsize=10)
-    figure.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.7 / height))  # keep the two title lines clear of row one
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    return path
-
-
 # ------------------------------------------------------------------------------------------------- CLI
 
 
@@ -734,9 +565,9 @@ def build_report(
     if plots:
         for record in records:
             target = out / "plots" / _plot_filename(record.name)
-            plot_run(record, target)
+            plot_run(record.name, record.summary, target)
             plot_paths[record.name] = target.relative_to(out).as_posix()
-        plot_grid(records, out / "grid.png")
+        plot_grid([(record.name, record.summary) for record in records], out / "grid.png")
         grid = "grid.png"
     markdown = render_markdown(rows, precursor_rates(records, difficulty),
                                size_correlations(records, layer=layer, grid_points=grid_points),

@@ -25,6 +25,7 @@ __all__ = [
     "alert_message",
     "build_summary",
     "json_safe",
+    "layer_names",
     "read_summary",
     "run_info_of",
     "verdict_table",
@@ -97,6 +98,15 @@ def build_summary(
         "alerts": [{"message": alert_message(alert, monitor), **asdict(alert)} for alert in alerts],
         "series": all_series,
     }
+
+
+def layer_names(summary: Mapping[str, Any]) -> list[str]:
+    """The watched layers in watch order (shallowest first: the detector's depth order), from the summary."""
+    names = list(summary.get("layers", {}) or {})
+    for tag in summary.get("series", {}) or {}:
+        if tag.startswith("rankme/") and tag[len("rankme/"):] not in names:
+            names.append(tag[len("rankme/"):])
+    return names
 
 
 def alert_message(alert: Alert, monitor: str = "val/acc") -> str:

@@ -11,6 +11,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -19,13 +20,15 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import MeasureCallback, append_point, check_positive_int, never_fails
-from capgeo_callbacks.dashboard import custom_scalars_layout, rankme_heatmap
-from capgeo_callbacks.detection import Alert, DetectionSettings, detect_acquisition, detect_run, scan_alerts
+from capgeo_callbacks.dashboard import custom_scalars_layout
+from capgeo_callbacks.detection import Alert, DetectionSettings, detect_acquisition, scan_alerts
 from capgeo_callbacks.detection.series import align, split_points
-from capgeo_callbacks.loggers import publish_alert, publish_hparams, publish_image, publish_text
+from capgeo_callbacks.figures import figure_pixels, rankme_heatmap, story_figure
+from capgeo_callbacks.loggers import publish_alert, publish_hparams, publish_image, publish_text, save_png
 from capgeo_callbacks.summary import SUMMARY_FILENAME, alert_message, build_summary, verdict_table, write_summary
 
 log = logging.getLogger("capgeo")
+STORY_FILENAME = "capgeo_story.png"
 
 
 class PrecursorDetector(Callback):
@@ -165,7 +168,7 @@ class PrecursorDetector(Callback):
             self.alerts.append(alert)
             self._announce(trainer, alert)
         if self.figure_every_n_evals and len(self.acc) % self.figure_every_n_evals == 0:
-            self._publish_figures(trainer, step)
+            self._publish_figures(trainer, pl_module, step, trainer.log_dir)
 
     def _announce(self, trainer: pl.Trainer, alert: Alert) -> None:
         if not trainer.is_global_zero:
@@ -179,14 +182,22 @@ class PrecursorDetector(Callback):
             except Exception as error:  # noqa: BLE001 - the user's hook must not stop training either
                 self.warn_once("on_alert", f"on_alert raised {type(error).__name__}: {error}; training goes on")
 
-    def _publish_figures(self, trainer: pl.Trainer, step: int) -> None:
-        if not trainer.is_global_zero or not trainer.loggers:
+    def _publish_figures(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int,
+                         log_dir: str | None) -> None:
+        """The story figure and the heatmap, to every logger and as PNG in ``log_dir`` (rank zero; ``log_dir``
+        comes from ``trainer.log_dir``, a collective that every rank must call)."""
+        if not trainer.is_global_zero:
             return
+        summary = self.summary if step == trainer.global_step and self.summary else self.build_summary(trainer,
+                                                                                                       pl_module)
+        story = figure_pixels(story_figure(summary))
+        publish_image(trainer, "capgeo/story", story, step, warn=self.warn_once)
         rankme = self.rankme_series(trainer)
-        layers = detect_run(self.acc, rankme, self.settings)["layers"]
-        collapse = {name: info["collapse_step"] for name, info in layers.items()}
-        image = rankme_heatmap(rankme, self.acquired_step, collapse)
-        publish_image(trainer, "capgeo/rankme_heatmap", image, step, warn=self.warn_once)
+        collapse = {name: info["collapse_step"] for name, info in summary["layers"].items()}
+        heatmap = rankme_heatmap(rankme, summary["acquisition_step"], collapse)
+        publish_image(trainer, "capgeo/rankme_heatmap", heatmap, step, warn=self.warn_once)
+        if log_dir is not None:
+            save_png(story, Path(log_dir) / STORY_FILENAME)
 
     def build_summary(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         """The run summary (also stored as ``self.summary``)."""
@@ -210,7 +221,7 @@ class PrecursorDetector(Callback):
             return
         if log_dir is not None:
             write_summary(summary, log_dir, SUMMARY_FILENAME)
-        self._publish_figures(trainer, trainer.global_step)
+        self._publish_figures(trainer, pl_module, trainer.global_step, log_dir)
         publish_text(trainer, "capgeo/verdict", verdict_table(summary, markdown=True), trainer.global_step,
                      warn=self.warn_once)
         metrics = {"capgeo/acquisition_step": summary.get("acquisition_step"), "capgeo/gap": summary.get("gap"),

@@ -97,7 +97,8 @@ def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
     events = read_events(tmp_path)
     tags = events.Tags()
     assert "rankme/last" in tags["scalars"] and "val/acc" in tags["scalars"]
-    assert "capgeo/rankme_heatmap" in tags["images"]
+    assert {"capgeo/rankme_heatmap", "capgeo/story"} <= set(tags["images"])
+    assert (tmp_path / "capgeo_story.png").read_bytes()[:4] == b"\x89PNG"  # the story, beside the summary
     text_tags = [t for t in tags["tensors"] if t.startswith("capgeo/")]
     assert any(t.startswith("capgeo/alerts") for t in text_tags)
     assert any(t.startswith("capgeo/verdict") for t in text_tags)
