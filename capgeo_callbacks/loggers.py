@@ -10,6 +10,7 @@ logger that fails is reported once. Only rank zero writes.
 from __future__ import annotations
 
 import csv
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -100,7 +101,9 @@ def _text(logger: Logger, tag: str, text: str, step: int) -> bool:
     elif isinstance(logger, WandbLogger):
         logger.log_text(key=tag, columns=["step", "text"], data=[[step, text]])
     elif isinstance(logger, MLFlowLogger):
-        logger.experiment.log_text(logger.run_id, text, f"{IMAGE_FOLDER}/{safe_name(tag)}/step_{step:08d}.md")
+        # one file per entry: several entries (a layer's and the run's alert) can share a step
+        digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+        logger.experiment.log_text(logger.run_id, text, f"{IMAGE_FOLDER}/{safe_name(tag)}/step_{step:08d}_{digest}.md")
     else:
         return False
     return True

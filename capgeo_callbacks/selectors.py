@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-Selector = str | Callable[[Tensor, Any], Tensor]
+# the callable first: a YAML config (LightningCLI) gives a dotted path, which must resolve to the function
+Selector = Callable[[Tensor, Any], Tensor] | str
 SELECTORS = ("answer", "first_answer", "question_mean", "last", "mean", "all")
 # selectors that read the answer mask of capgeo's tasks (batch[mask_key], True at answer positions)
 ANSWER_SELECTORS = ("answer", "first_answer", "question_mean")
@@ -74,8 +75,9 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
         if selector == "first_answer":
             return hidden[has_answer, first[has_answer]]
         positions = torch.arange(hidden.shape[1], device=hidden.device)
-        question = (positions[None, :] <= first[:, None]).to(hidden.dtype)[has_answer]
-        return (hidden[has_answer] * question[..., None]).sum(dim=1) / question.sum(dim=1, keepdim=True)
+        question = (positions[None, :] <= first[:, None])[has_answer]
+        summed = torch.where(question[..., None], hidden[has_answer], 0.0).sum(dim=1)
+        return summed / question.sum(dim=1, keepdim=True).to(hidden.dtype)
     attention = _attention_mask(batch, hidden)
     if selector == "last":
         if attention is None:
@@ -89,7 +91,8 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
             return hidden.mean(dim=1)
         weights = attention.to(hidden.dtype)
         real = weights.sum(dim=1) > 0
-        return (hidden * weights[..., None]).sum(dim=1)[real] / weights.sum(dim=1, keepdim=True)[real]
+        summed = torch.where(attention[..., None], hidden, 0.0).sum(dim=1)  # a NaN at a pad position stays out
+        return summed[real] / weights.sum(dim=1, keepdim=True)[real]
     return hidden.flatten(0, 1) if attention is None else hidden[attention]
 
 

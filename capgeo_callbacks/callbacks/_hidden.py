@@ -117,7 +117,7 @@ class HiddenStateMonitor(MeasureCallback):
             if value is not None:
                 values[tag] = value
                 self.rows[tag] = int(count)
-        self.record(pl_module, step, values)
+        self.record(trainer, step, values)
 
     @override
     def state_dict(self) -> dict[str, Any]:

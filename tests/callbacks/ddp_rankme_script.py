@@ -44,7 +44,7 @@ class ScriptedMeasure(MeasureCallback):
     tags = ["rankme/scripted"]
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.record(pl_module, trainer.global_step, {"rankme/scripted": SCRIPTED[self.evaluations]})
+        self.record(trainer, trainer.global_step, {"rankme/scripted": SCRIPTED[self.evaluations]})
         pl_module.log("scripted_acc", 0.0, on_epoch=True, sync_dist=True)
         self.evaluations += 1
 
@@ -73,9 +73,9 @@ class SingleProcessReference(pl.Callback):
         half = len(labels) // 2
         step = trainer.global_step
         for i, rows in enumerate(outputs):
-            self.values.setdefault(f"rankme/{i}", []).append([step, reference_rankme(rows.numpy())])
+            self.values.setdefault(f"rankme/layers.{i}", []).append([step, reference_rankme(rows.numpy())])
             accuracy = linear_probe_accuracy(rows[:half], labels[:half], rows[half:], labels[half:], ridge=1e-3)
-            self.values.setdefault(f"probe_acc/{i}", []).append([step, accuracy])
+            self.values.setdefault(f"probe_acc/layers.{i}", []).append([step, accuracy])
 
 
 class CountRecords(logging.Handler):
@@ -114,7 +114,7 @@ def main(out: Path) -> None:
         "series": {**rankme.series, **probes.series},
         "rankme_rows": rankme.rows,
         "probe_rows": probes.rows,
-        "alerts": [[a["kind"], a["layer"], a["step"]] for a in detector.alerts],
+        "alerts": [[a.kind, a.layer, a.step] for a in detector.alerts],
         "verdict": detector.summary.get("verdict"),
         "log_warnings": records.messages,
         "capgeo_warnings": capgeo_warnings,

@@ -28,12 +28,12 @@ def test_measures_equal_one_process_and_side_effects_happen_once(tmp_path: Path)
     steps = list(range(8, 73, 8))
 
     # each rank holds 128 of the 256 validation rows; both measure the gathered 256, and agree exactly
-    assert zero["rankme_rows"] == one["rankme_rows"] == {"rankme/0": 256, "rankme/1": 256}
-    assert zero["probe_rows"] == {"probe_acc/0": 256, "probe_acc/1": 256}
+    assert zero["rankme_rows"] == one["rankme_rows"] == {"rankme/layers.0": 256, "rankme/layers.1": 256}
+    assert zero["probe_rows"] == {"probe_acc/layers.0": 256, "probe_acc/layers.1": 256}
     assert zero["series"] == one["series"]
     # ... and equal one process's values on the same rows at the same weights, at every evaluation
     reference = zero["reference"]
-    for tag in ("rankme/0", "rankme/1", "probe_acc/0", "probe_acc/1"):
+    for tag in ("rankme/layers.0", "rankme/layers.1", "probe_acc/layers.0", "probe_acc/layers.1"):
         measured = zero["series"][tag]
         assert [step for step, _ in measured] == steps, tag
         assert [step for step, _ in reference[tag]] == steps, tag
@@ -55,7 +55,7 @@ def test_measures_equal_one_process_and_side_effects_happen_once(tmp_path: Path)
     text = {tag: len(events.Tensors(tag)) for tag in events.Tags()["tensors"] if tag.startswith("capgeo/")}
     assert sum(n for tag, n in text.items() if tag.startswith("capgeo/alerts")) == len(zero["alerts"])
     assert sum(n for tag, n in text.items() if tag.startswith("capgeo/verdict")) == 1
-    assert [e.step for e in events.Scalars("rankme/1")] == [s - 1 for s in steps]  # logged once per evaluation
+    assert [e.step for e in events.Scalars("rankme/layers.1")] == [s - 1 for s in steps]  # logged once per evaluation
     summary = json.loads((tmp_path / "capgeo_summary.json").read_text())
-    assert summary["series"]["rankme/1"] == zero["series"]["rankme/1"]
+    assert summary["series"]["rankme/layers.1"] == zero["series"]["rankme/layers.1"]
     assert [a["step"] for a in summary["alerts"]] == [a[2] for a in zero["alerts"]]

@@ -27,14 +27,14 @@ def test_foreign_model_with_labels_fn_matches_independent_probe(tmp_path: Path) 
     monitor = LinearProbeMonitor(layers="encoder.layers.*", selector="mean", labels_fn=labels, num_rows=200)
     reader = ValuesAtValidationEnd(monitor)
     model, _ = fit(tmp_path, [reader, monitor])
-    assert monitor.tags == ["probe_acc/0", "probe_acc/1"]
+    assert monitor.tags == ["probe_acc/layers.0", "probe_acc/layers.1"]
     for name in monitor.layer_names:  # hooks are removed after measuring
         assert not dict(model.named_modules())[name]._forward_hooks
     events = read_events(tmp_path)
     val_steps = [e.step for e in events.Scalars("val_acc")]
-    assert [e.step for e in events.Scalars("probe_acc/1")] == val_steps
-    assert [s for s, _ in monitor.series["probe_acc/1"]] == [8, 16, 24]
-    assert set(reader.seen[24]) == {"probe_acc/0", "probe_acc/1"}
+    assert [e.step for e in events.Scalars("probe_acc/layers.1")] == val_steps
+    assert [s for s, _ in monitor.series["probe_acc/layers.1"]] == [8, 16, 24]
+    assert set(reader.seen[24]) == {"probe_acc/layers.0", "probe_acc/layers.1"}
 
     captured: list[Tensor] = []
     handle = model.encoder.layers[1].register_forward_hook(lambda m, a, out: captured.append(out.mean(dim=1)))
@@ -47,9 +47,9 @@ def test_foreign_model_with_labels_fn_matches_independent_probe(tmp_path: Path) 
     handle.remove()
     x, y = torch.cat(captured)[:200], torch.cat(ys)[:200]
     expected = linear_probe_accuracy(x[:100], y[:100], x[100:], y[100:], ridge=1e-3)
-    assert events.Scalars("probe_acc/1")[-1].value == pytest.approx(expected, abs=1e-6)
-    assert monitor.series["probe_acc/1"][-1][1] == pytest.approx(expected, abs=1e-12)
-    assert monitor.rows == {"probe_acc/0": 200, "probe_acc/1": 200}
+    assert events.Scalars("probe_acc/layers.1")[-1].value == pytest.approx(expected, abs=1e-6)
+    assert monitor.series["probe_acc/layers.1"][-1][1] == pytest.approx(expected, abs=1e-12)
+    assert monitor.rows == {"probe_acc/layers.0": 200, "probe_acc/layers.1": 200}
 
 
 def test_answer_positions_and_answer_token_labels_by_default(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ class ScriptedMeasure(MeasureCallback):
         if trainer.sanity_checking:
             return
         probe = 0.1 if self.evaluations < 6 else 0.8  # the answer becomes linearly readable at step 70
-        self.record(pl_module, trainer.global_step,
+        self.record(trainer, trainer.global_step,
                     {"rankme/last": float(RANKME[self.evaluations]), "probe_acc/last": probe})
         self.evaluations += 1
 

@@ -26,7 +26,7 @@ def test_foreign_model_watched_by_glob_matches_independent_rankme(tmp_path) -> N
     monitor = RankMeMonitor(layers="encoder.layers.*", selector="mean", num_rows=200)
     model, trainer = fit(tmp_path, [monitor])
     assert monitor.layer_names == ["encoder.layers.0", "encoder.layers.1"]
-    assert monitor.tags == ["rankme/0", "rankme/1"]  # shared "encoder.layers." is dropped
+    assert monitor.tags == ["rankme/layers.0", "rankme/layers.1"]  # "encoder." dropped; numbers keep "layers."
     # hooks are removed after measuring
     for name in monitor.layer_names:
         assert not dict(model.named_modules())[name]._forward_hooks
@@ -43,11 +43,11 @@ def test_foreign_model_watched_by_glob_matches_independent_rankme(tmp_path) -> N
     rows = torch.cat(captured)[:200].numpy()
     expected = reference_rankme(rows)
     events = read_events(tmp_path)
-    logged = [e.value for e in events.Scalars("rankme/1")]
+    logged = [e.value for e in events.Scalars("rankme/layers.1")]
     assert len(logged) == 3  # steps 8, 16, 24; the sanity check is not measured
     assert logged[-1] == pytest.approx(expected, rel=1e-5)
-    assert [s for s, _ in monitor.series["rankme/1"]] == [8, 16, 24]
-    assert monitor.rows == {"rankme/0": 200, "rankme/1": 200}
+    assert [s for s, _ in monitor.series["rankme/layers.1"]] == [8, 16, 24]
+    assert monitor.rows == {"rankme/layers.0": 200, "rankme/layers.1": 200}
 
 
 def test_every_n_evals(tmp_path) -> None:

@@ -1,0 +1,212 @@
+"""CapgeoTrainerCallback on a real ``transformers.Trainer``: a tiny random GPT-2 learning to reverse digits."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # transformers.Trainer needs it
+
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+
+from capgeo_callbacks.detection import DetectionSettings  # noqa: E402
+from capgeo_callbacks.hf import ACC_KEY, CapgeoTrainerCallback  # noqa: E402
+from capgeo_callbacks.offline.measured import Measured  # noqa: E402
+from tests.callbacks.conftest import reference_rankme  # noqa: E402
+
+DIGITS, SEP = 6, 10  # "d1 .. d6 SEP d6 .. d1": 13 tokens
+MAX_STEPS = 40
+LABELS = ["embed", "layers.0", "layers.1+final_norm"]
+
+
+def reversal(n: int, seed: int) -> torch.Tensor:
+    digits = torch.randint(0, 10, (n, DIGITS), generator=torch.Generator().manual_seed(seed))
+    return torch.cat([digits, torch.full((n, 1), SEP), digits.flip(1)], dim=1)
+
+
+class Reversal(torch.utils.data.Dataset):
+    """Causal-LM examples; the loss reads only the answer (labels -100 on the question)."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.ids = reversal(n, seed)
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        labels = self.ids[i].clone()
+        labels[: DIGITS + 1] = -100
+        return {"input_ids": self.ids[i], "labels": labels}
+
+
+def probe_rows(n: int = 48) -> dict[str, torch.Tensor]:
+    """capgeo's convention: targets are the next tokens; answer_mask marks the positions predicting the answer."""
+    ids = reversal(n, seed=123)
+    targets = torch.cat([ids[:, 1:], torch.zeros(n, 1, dtype=ids.dtype)], dim=1)
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    mask[:, DIGITS:-1] = True  # SEP predicts the first answer digit, ..., the second-to-last the last one
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "targets": targets, "answer_mask": mask}
+
+
+class LogRecorder(transformers.TrainerCallback):
+    """A user callback listed after capgeo's: what it sees in ``on_log``."""
+
+    def __init__(self) -> None:
+        self.logs: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs) -> None:
+        self.logs.append(dict(logs or {}))
+
+
+def train(tmp_path: Path, callbacks: list, resume: str | None = None, **settings) -> Trainer:
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=50, n_positions=32)  # dropout 0.1: RNG in use
+    model = GPT2LMHeadModel(config)
+    settings = {"save_strategy": "no", **settings}
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=MAX_STEPS,
+                             per_device_train_batch_size=16, learning_rate=3e-3, logging_steps=10, seed=0,
+                             disable_tqdm=True, dataloader_num_workers=0, **settings)
+    trainer = Trainer(model=model, args=args, train_dataset=Reversal(512, seed=0), callbacks=callbacks)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
+    rows = probe_rows()
+    callback = CapgeoTrainerCallback(rows, num_rows=256, points=9, run_info={"task": "reverse"})
+    recorder = LogRecorder()
+    trainer = train(tmp_path / "with", [callback, recorder])
+    steps = [0, 1, 4, 10, 16, 22, 28, 34, 40]  # evaluation_steps(40, 9)
+    assert callback.steps == steps
+    for label in LABELS:
+        assert [p[0] for p in callback.series[f"rankme/{label}"]] == steps
+        assert [p[0] for p in callback.series[f"probe_acc/{label}"]] == steps
+    assert callback.rows == {f"{kind}/{label}": 256 for kind in ("rankme", "probe_acc") for label in LABELS}
+
+    # the last point is the trained model: RankMe of the same rows, recomputed here with numpy
+    model = trainer.model.eval()
+    with torch.no_grad():
+        hidden = model(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"],
+                       output_hidden_states=True).hidden_states
+    for label, states in zip(LABELS, hidden, strict=True):
+        z = states[rows["answer_mask"]][:256].numpy()
+        assert callback.series[f"rankme/{label}"][-1][1] == pytest.approx(reference_rankme(z), rel=1e-5)
+
+    # the Trainer's own log history holds every measurement at its step
+    logged = [entry for entry in trainer.state.log_history if ACC_KEY in entry]
+    assert [entry["step"] for entry in logged] == steps
+    assert logged[-1]["rankme/embed"] == callback.series["rankme/embed"][-1][1]
+    # and a callback after this one gets the latest values with the Trainer's next log
+    assert recorder.logs[-2]["rankme/embed"] == logged[-1]["rankme/embed"]  # [-1]: the end-of-training log
+
+    summary = json.loads((tmp_path / "with" / "capgeo_summary.json").read_text())
+    for key in ("verdict", "layers", "series", "settings", "rows", "selectors", "alerts", "acquisition_step"):
+        assert key in summary
+    assert summary["task"] == "reverse" and summary["monitor"] == ACC_KEY and summary["steps"] == MAX_STEPS
+    assert list(summary["layers"]) == LABELS
+    assert summary["selectors"] == {"rankme": "answer", "probe_acc": "answer"}
+    assert [p[0] for p in summary["series"]["acc"]] == steps
+    assert len(summary["series"][ACC_KEY.replace("acc", "logprob")]) == len(steps)
+    assert summary["parameters"] == sum(p.numel() for p in model.parameters())
+
+    # the same training without the callback ends at bit-identical weights
+    plain = train(tmp_path / "without", []).model
+    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_resumed_run_rebuilds_its_series_from_the_log_history(tmp_path: Path) -> None:
+    first = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9)
+    train(tmp_path, [first], save_strategy="steps", save_steps=20)
+    resumed = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9)
+    train(tmp_path, [resumed], resume=str(tmp_path / "checkpoint-20"))
+    assert resumed.steps == first.steps == [0, 1, 4, 10, 16, 22, 28, 34, 40]
+    assert resumed.series["rankme/embed"][:5] == first.series["rankme/embed"][:5]  # restored, not re-measured
+
+
+def test_alerts_are_raised_live_once_and_failures_are_skipped(monkeypatch, caplog) -> None:
+    """A scripted measurement (collapse, recovery, accuracy crossing later) through the callback's own
+    recording: the alert text is logged on the capgeo logger, on_alert called, the summary holds it."""
+    rankme = [20, 30, 40, 30, 15, 8, 9, 14, 20, 26, 30, 32, 33, 33, 33, 33]
+    acc = [0.0] * 11 + [0.6, 0.7, 0.8, 0.9, 0.95]
+    calls = iter(range(100))
+
+    def scripted(model, probe, **kwargs):
+        i = next(calls)
+        if i == 3:
+            raise RuntimeError("scripted failure")
+        i -= i > 3
+        measured = Measured(rankme={"layers.0+final_norm": float(rankme[i])}, acc=acc[i], logprob=-1.0)
+        return measured, ["layers.0+final_norm"]
+
+    monkeypatch.setattr("capgeo_callbacks.hf.measure_hf", scripted)
+    alerts: list = []
+    callback = CapgeoTrainerCallback(probe_rows(8), settings=DetectionSettings(smoothing=1), on_alert=alerts.append,
+                                     eval_steps=list(range(0, 170, 10)))
+    model = torch.nn.Linear(2, 2)
+    state = transformers.TrainerState()
+    caplog.set_level(logging.WARNING, logger="capgeo")
+    with pytest.warns(UserWarning, match="scripted failure"):
+        for step in range(0, 170, 10):
+            state.global_step = step
+            callback.on_step_end(None, state, None, model=model)
+    assert model.training  # the mode is restored
+    # the failed measurement (step 30) is skipped: script entry i >= 3 lands at step 10 * (i + 1), so the trough
+    # (entry 5) is at step 60, recovery is confirmed at entry 8 (step 90) and acquisition at entry 11 (step 120)
+    assert [(a.kind, a.step, a.collapse_step) for a in alerts] == [("layer", 90, 60), ("run", 90, 60)]
+    messages = [r.getMessage() for r in caplog.records if r.name == "capgeo"]
+    assert sum("capgeo precursor alert at step 90" in m for m in messages) == 2
+    summary = callback.build_summary(state)
+    assert summary["verdict"] == "precursor" and summary["acquisition_step"] == 120
+    assert [a["kind"] for a in summary["alerts"]] == ["layer", "run"]
+    logs: dict = {}
+    callback.on_log(None, state, None, logs=logs)
+    assert logs["rankme/layers.0+final_norm"] == 33.0 and logs[ACC_KEY] == 0.95
+
+
+def test_bad_arguments_name_the_valid_choices() -> None:
+    rows = probe_rows(4)
+    with pytest.raises(ValueError, match="valid: answer, first_answer"):
+        CapgeoTrainerCallback(rows, selector="final")
+    with pytest.raises(ValueError, match="valid: geometric, linear"):
+        CapgeoTrainerCallback(rows, schedule="log")
+    with pytest.raises(ValueError, match="needs probe_rows\\['answer_mask'\\]"):
+        CapgeoTrainerCallback({"input_ids": rows["input_ids"]}, selector="first_answer")
+    with pytest.raises(ValueError, match="must be a dict with 'input_ids'"):
+        CapgeoTrainerCallback({"ids": rows["input_ids"]})
+    with pytest.raises(ValueError, match="num_rows must be an integer >= 2"):
+        CapgeoTrainerCallback(rows, num_rows=1)
+    plain = CapgeoTrainerCallback({"input_ids": rows["input_ids"]})
+    assert plain.selector == "last" and not plain.probes
+    with pytest.raises(ValueError, match="matches none of embed, layers.0, layers.1\\+final_norm"):
+        callback = CapgeoTrainerCallback(rows, layers="blocks.*")
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=8, n_head=2, vocab_size=50, n_positions=32))
+        callback.on_train_begin(None, transformers.TrainerState(max_steps=10), None, model=model)
+
+
+def test_transformers_is_imported_by_capgeo_callbacks_hf_only(monkeypatch) -> None:
+    """No other module of capgeo_callbacks imports transformers at module level (offline analysis imports it
+    inside the functions that load a revision), none imports tasks or models, and capgeo_callbacks.hf says
+    what to install when transformers is missing."""
+    package = Path(__file__).parents[1] / "capgeo_callbacks"
+    for path in package.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            roots = {name.split(".")[0] for name in names}
+            assert not roots & {"tasks", "models"}, path
+            if path.name != "hf.py":
+                assert "transformers" not in roots, path
+                assert "capgeo_callbacks.hf" not in names, path
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "capgeo_callbacks.hf")
+    with pytest.raises(ImportError, match=r"pip install 'capgeo-callbacks\[hf\]'"):
+        importlib.import_module("capgeo_callbacks.hf")
