@@ -45,7 +45,11 @@ EVALUATION_POINTS = 256  # about 256 evaluations per run (docs/design.md, "When 
 # Measures `--measures` can name; "default" is rankme + probes, "all" adds the costly ones.
 MEASURES = ("rankme", "probes", "grad_rank", "hessian", "llc")
 DEFAULT_MEASURES = ("rankme", "probes")
-PROBE_ROWS = 2048  # RankMe rows per layer (docs/design.md, "RankMe rows")
+# RankMe reads one row per validation example, at the position that predicts the first answer token: a
+# measured choice (README, "Which rows RankMe reads"); 512 rows, the size of the smallest validation set.
+RANKME_SELECTOR = "first_answer"
+RANKME_ROWS = 512
+PROBE_ROWS = 2048  # probe rows per layer: answer positions (labels are the answer tokens)
 MIN_VAL_EXAMPLES = 512  # every evaluation split holds at least 512 distinct questions
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
 
@@ -142,7 +146,7 @@ def resolve_measures(spec: str) -> list[str]:
 # Constructor arguments of each measure's callback: how sparse the costly ones are (``every_n_evals``);
 # embedding code and tests may change them (e.g. fewer LLC draws) before calling ``main``.
 MEASURE_OPTIONS: dict[str, dict[str, Any]] = {
-    "rankme": {"layers": WATCHED_LAYERS, "selector": "answer", "num_rows": PROBE_ROWS},
+    "rankme": {"layers": WATCHED_LAYERS, "selector": RANKME_SELECTOR, "num_rows": RANKME_ROWS},
     "probes": {"layers": WATCHED_LAYERS, "num_rows": PROBE_ROWS},
     "grad_rank": {"every_n_evals": 4},
     "hessian": {"every_n_evals": 16},
@@ -183,7 +187,7 @@ def check_logdir(logdir: str) -> Path:
 
 
 def make_datamodule(args: argparse.Namespace) -> tasks.TaskDataModule:
-    """The task's datamodule, with a validation set just big enough for ``PROBE_ROWS`` RankMe rows.
+    """The task's datamodule, with a validation set just big enough for ``PROBE_ROWS`` probe rows.
 
     Validation runs ~256 times a run, so its size is what a run's evaluation costs: one answer row
     per answer token, hence ``PROBE_ROWS / answer_len`` examples (at least ``MIN_VAL_EXAMPLES``).

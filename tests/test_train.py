@@ -91,6 +91,7 @@ def test_tiny_run_leaves_what_the_spec_lists(tmp_path, capsys) -> None:
         assert key in saved, key
     assert saved["task"] == "sort" and saved["size"] == "xs" and saved["steps"] == 48
     assert set(saved["layers"]) == {"blocks.0", "blocks.1", "norm_f"}
-    assert all(rows == 2048 for tag, rows in saved["rows"].items() if tag.startswith("rankme/"))
+    assert all(rows == 512 for tag, rows in saved["rows"].items() if tag.startswith("rankme/"))
+    assert saved["selectors"]["rankme"] == "first_answer"
     # the geometric schedule over 48 steps: the initialised model, two early points, three evenly after
     assert [p[0] for p in saved["series"]["rankme/norm_f"]] == evaluation_steps(48, 6) == [0, 1, 5, 19, 34, 48]

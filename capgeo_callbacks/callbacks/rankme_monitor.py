@@ -32,8 +32,9 @@ class RankMeMonitor(HiddenStateMonitor):
         layers: module names or globs over ``pl_module.named_modules()`` (``*`` is one name component,
             ``**`` any depth). The default watches every ``blocks.<i>`` and ``norm_f`` at any depth:
             capgeo's models' residual stream after each block and the final norm.
-        selector: token rows: ``"answer"`` (every answer position, ``batch[mask_key]`` true),
-            ``"first_answer"`` (one row per example, the position predicting the first answer token),
+        selector: token rows: ``"first_answer"`` (one row per example, the position predicting the first answer
+            token, ``batch[mask_key]``'s first true position: the default, a measured choice, docs/design.md),
+            ``"answer"`` (every answer position),
             ``"question_mean"``, ``"last"`` (last real token by ``attention_mask``), ``"mean"``, ``"all"``,
             or a callable ``(hidden, batch) -> rows``.
         num_rows: rows per layer (RankMe is only comparable at equal N; the summary records it).
@@ -60,7 +61,7 @@ class RankMeMonitor(HiddenStateMonitor):
     def __init__(
         self,
         layers: str | Sequence[str] = DEFAULT_LAYERS,
-        selector: Selector = "answer",
+        selector: Selector = "first_answer",
         num_rows: int = 2048,
         every_n_evals: int = 1,
         mask_key: str = "answer_mask",
