@@ -35,7 +35,7 @@ from capgeo_callbacks import (
 )
 from capgeo_callbacks.schedule import SCHEDULES
 from capgeo_callbacks.selectors import SELECTORS
-from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, verdict_table
+from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, verdict_table, write_summary
 from models import SIZES, CapabilityModule
 from tasks.budgets import budget
 
@@ -147,10 +147,13 @@ def resolve_measures(spec: str) -> list[str]:
 # embedding code and tests may change them (e.g. fewer LLC draws) before calling ``main``.
 MEASURE_OPTIONS: dict[str, dict[str, Any]] = {
     "rankme": {"layers": WATCHED_LAYERS, "selector": RANKME_SELECTOR, "num_rows": RANKME_ROWS},
-    "probes": {"layers": WATCHED_LAYERS, "num_rows": PROBE_ROWS},
-    "grad_rank": {"every_n_evals": 4},
-    "hessian": {"every_n_evals": 16},
-    "llc": {"every_n_evals": 32},
+    "probes": {"layers": WATCHED_LAYERS, "num_rows": PROBE_ROWS, "every_n_evals": 4},  # 64 points a run
+    # the costly measures at settings whose cost stays below training's (README, "The corpus"): per-example
+    # gradients of 64 examples every 4th evaluation; the top Hessian eigenvalue from 20 Lanczos steps every 16th;
+    # the LLC from 2 chains of 50 SGLD draws on 2 batches of 64 every 32nd
+    "grad_rank": {"every_n_evals": 4, "batch_size": 64},
+    "hessian": {"every_n_evals": 16, "k": 1, "num_iterations": 20, "batch_size": 64},
+    "llc": {"every_n_evals": 32, "num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
 }
 MEASURE_CALLBACKS: dict[str, type[Callback]] = {
     "rankme": RankMeMonitor, "probes": LinearProbeMonitor, "grad_rank": GradientRankMonitor,
@@ -324,15 +327,20 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     if args.stop_after_acquisition:
         measures.append(StopAfterAcquisition(args.evals_after_acquisition))
     trainer = build_trainer(args, [*measures, *callbacks], logger)
-    started = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    wall = time.perf_counter() - started
-
-    summary = {"run_dir": logger.log_dir, "wall_seconds": wall, **run_info}
     summary_path = Path(logger.log_dir) / SUMMARY_FILENAME
+    # a resumed run adds to the time its earlier parts took (their summary is in the same folder)
+    before = read_summary(summary_path) if ckpt_path is not None and summary_path.exists() else {}
+    started, started_cpu = time.perf_counter(), time.process_time()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    cost = {"wall_seconds": before.get("wall_seconds", 0.0) + time.perf_counter() - started,
+            "cpu_seconds": before.get("cpu_seconds", 0.0) + time.process_time() - started_cpu}
+
+    summary = {"run_dir": logger.log_dir, **cost, **run_info}
     if trainer.is_global_zero:
-        if summary_path.exists():
-            summary = {**read_summary(summary_path), "run_dir": logger.log_dir, "wall_seconds": wall}
+        if summary_path.exists():  # what the run cost, beside what it measured (the corpus' cost table)
+            summary = {**read_summary(summary_path), **cost}
+            write_summary(summary, summary_path.parent)
+            summary["run_dir"] = logger.log_dir
         print_summary(summary, trainer)
     return summary
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import logging
 import math
 import re
@@ -37,7 +36,7 @@ import numpy as np
 
 from capgeo_callbacks.detection import spearman
 from capgeo_callbacks.figures import plot_grid, plot_run
-from capgeo_callbacks.summary import SUMMARY_FILENAME, layer_names
+from capgeo_callbacks.summary import SUMMARY_FILENAME, layer_names, read_summary
 
 __all__ = [
     "RunRecord",
@@ -96,7 +95,8 @@ def find_runs(runs_dir: str | Path, filename: str = SUMMARY_FILENAME) -> list[Ru
     """Every run under ``runs_dir`` with a summary, one record per run, sorted for display.
 
     When a run folder has several ``version_*`` folders with a summary, the newest (highest number) wins.
-    A summary that is not valid JSON is skipped with a warning.
+    A gzipped summary (``capgeo_summary.json.gz``, how a corpus is committed) counts as one. A summary that is
+    not valid JSON is skipped with a warning.
 
     Args:
         runs_dir: the folder to search (recursively).
@@ -109,7 +109,7 @@ def find_runs(runs_dir: str | Path, filename: str = SUMMARY_FILENAME) -> list[Ru
     if not root.is_dir():
         raise FileNotFoundError(f"runs folder {str(root)!r} does not exist or is not a folder")
     newest: dict[str, tuple[int, RunRecord]] = {}
-    for path in sorted(root.rglob(filename)):
+    for path in sorted([*root.rglob(filename), *root.rglob(filename + ".gz")]):
         match = _VERSION.fullmatch(path.parent.name)
         run_root = path.parent.parent if match else path.parent
         number = int(match.group(1)) if match else -1
@@ -118,7 +118,7 @@ def find_runs(runs_dir: str | Path, filename: str = SUMMARY_FILENAME) -> list[Ru
         if name in newest and newest[name][0] > number:
             continue
         try:
-            summary = json.loads(path.read_text())
+            summary = read_summary(path)
         except (OSError, ValueError) as err:
             log.warning("skipping %s: not a readable summary (%s)", path, err)
             continue

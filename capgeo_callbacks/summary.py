@@ -9,6 +9,7 @@ live and one written offline from the same series are equal key for key. Schema:
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -153,10 +154,14 @@ def write_summary(summary: Mapping[str, Any], directory: str | Path, filename: s
 
 
 def read_summary(path: str | Path) -> dict[str, Any]:
-    """A summary written by :func:`write_summary` (a folder means its ``capgeo_summary.json``)."""
+    """A summary written by :func:`write_summary` (a folder means its ``capgeo_summary.json``); a ``.gz``
+    file (how a corpus of runs is committed) is read through gzip."""
     path = Path(path)
     if path.is_dir():
         path = path / SUMMARY_FILENAME
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt") as handle:
+            return json.load(handle)
     return json.loads(path.read_text())
 
 

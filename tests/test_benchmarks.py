@@ -67,3 +67,19 @@ def test_task_throughput(capsys: pytest.CaptureFixture[str]) -> None:
     assert [(r["task"], r["difficulty"]) for r in results] == [("mod", "easy"), ("sort", "easy")]
     assert all(r["ratio"] > 0 and r["batch_size"] == 64 for r in results)
     assert "lowest ratio" in capsys.readouterr().out
+
+
+def test_overhead_component_clock_counts_nested_time_once() -> None:
+    from benchmarks.overhead import ComponentClock
+    from capgeo_callbacks import RankMeMonitor
+
+    ticks = iter(range(100))
+    clock = ComponentClock(lambda: float(next(ticks)))
+    inner = clock.wrap("inner", lambda: None)  # 1 tick
+    outer = clock.wrap("outer", lambda: inner())  # 3 ticks in all, 1 of them inner's
+    outer()
+    assert dict(clock.seconds) == {"inner": 1.0, "outer": 2.0}
+    hook = RankMeMonitor.on_validation_epoch_end
+    with ComponentClock("cpu").installed():
+        assert RankMeMonitor.on_validation_epoch_end is not hook
+    assert RankMeMonitor.on_validation_epoch_end is hook  # restored

@@ -143,8 +143,10 @@ def test_killed_and_resumed_run_equals_the_unbroken_run(tmp_path: Path, monkeypa
     for tag, points in summary["series"].items():
         # the same evaluation steps as the unbroken run, step 0 included: no gap, no duplicate
         assert [step for step, _ in points] == schedule, tag
-    # bit-identical: the task stream resumes at the checkpoint's batch, and training is deterministic
-    assert summary == expected
+    # bit-identical: the task stream resumes at the checkpoint's batch, and training is deterministic (only
+    # what the runs cost differs)
+    cost = ("wall_seconds", "cpu_seconds")
+    assert {k: v for k, v in summary.items() if k not in cost} == {k: v for k, v in expected.items() if k not in cost}
     assert_same_tensors(load_checkpoint(unbroken)["state_dict"], load_checkpoint(resumed)["state_dict"])
 
     # one event file per run (three), with each alert's text entry once across them

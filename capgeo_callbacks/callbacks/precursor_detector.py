@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -51,7 +52,9 @@ class PrecursorDetector(Callback):
         settings: detection settings (default :class:`~capgeo_callbacks.DetectionSettings()`).
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
         run_info: fields stored at the top of the summary (task, difficulty, model size, ...).
-        figure_every_n_evals: also refresh the figures every n evaluations (0: only at the end).
+        figure_every_n_evals: also refresh the story figure every n evaluations (0: only at the end), as long as
+            drawing it has cost at most ``figure_budget`` of the time since the last one.
+        figure_budget: the largest share of the training time the live figure may take, in (0, 1].
 
     Raises:
         ValueError: on a bad argument.
@@ -75,6 +78,7 @@ class PrecursorDetector(Callback):
         on_alert: Callable[[Alert], Any] | None = None,
         run_info: Mapping[str, Any] | None = None,
         figure_every_n_evals: int = 32,
+        figure_budget: float = 0.01,
     ) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"monitor must be a metric key (a non-empty string), got {monitor!r}")
@@ -89,6 +93,8 @@ class PrecursorDetector(Callback):
         if run_info is not None and not isinstance(run_info, Mapping):
             raise ValueError(f"run_info must be a mapping of summary fields, got {type(run_info).__name__}")
         check_positive_int("figure_every_n_evals", figure_every_n_evals, 0)
+        if isinstance(figure_budget, bool) or not isinstance(figure_budget, (int, float)) or not 0 < figure_budget <= 1:
+            raise ValueError(f"figure_budget must be a share of the training time in (0, 1], got {figure_budget!r}")
         self.monitor = monitor
         self.logprob_monitor = logprob_monitor
         self.rankme_prefix = rankme_prefix
@@ -96,6 +102,9 @@ class PrecursorDetector(Callback):
         self.on_alert = on_alert
         self.run_info = dict(run_info or {})
         self.figure_every_n_evals = figure_every_n_evals
+        self.figure_budget = float(figure_budget)
+        self._figure_cost = 0.0  # seconds the last live figure took
+        self._figure_time = time.perf_counter()  # when it was drawn
         self.acc: list[list[float]] = []  # [[step, accuracy], ...]: the run's evaluation steps
         self.logprob: list[list[float]] = []
         self.alerts: list[Alert] = []
@@ -168,7 +177,13 @@ class PrecursorDetector(Callback):
             self.alerts.append(alert)
             self._announce(trainer, alert)
         if self.figure_every_n_evals and len(self.acc) % self.figure_every_n_evals == 0:
-            self._publish_figures(trainer, pl_module, step, trainer.log_dir)
+            log_dir = trainer.log_dir  # a collective: every rank asks
+            elapsed = time.perf_counter() - self._figure_time
+            if self._figure_cost <= self.figure_budget * elapsed:  # the live figure never costs > the budget
+                started = time.perf_counter()
+                self._publish_figures(trainer, pl_module, step, log_dir, heatmap=False)
+                self._figure_time = time.perf_counter()
+                self._figure_cost = self._figure_time - started
 
     def _announce(self, trainer: pl.Trainer, alert: Alert) -> None:
         if not trainer.is_global_zero:
@@ -183,7 +198,7 @@ class PrecursorDetector(Callback):
                 self.warn_once("on_alert", f"on_alert raised {type(error).__name__}: {error}; training goes on")
 
     def _publish_figures(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int,
-                         log_dir: str | None) -> None:
+                         log_dir: str | None, heatmap: bool = True) -> None:
         """The story figure and the heatmap, to every logger and as PNG in ``log_dir`` (rank zero; ``log_dir``
         comes from ``trainer.log_dir``, a collective that every rank must call)."""
         if not trainer.is_global_zero:
@@ -192,10 +207,10 @@ class PrecursorDetector(Callback):
                                                                                                        pl_module)
         story = figure_pixels(story_figure(summary))
         publish_image(trainer, "capgeo/story", story, step, warn=self.warn_once)
-        rankme = self.rankme_series(trainer)
-        collapse = {name: info["collapse_step"] for name, info in summary["layers"].items()}
-        heatmap = rankme_heatmap(rankme, summary["acquisition_step"], collapse)
-        publish_image(trainer, "capgeo/rankme_heatmap", heatmap, step, warn=self.warn_once)
+        if heatmap:
+            collapse = {name: info["collapse_step"] for name, info in summary["layers"].items()}
+            image = rankme_heatmap(self.rankme_series(trainer), summary["acquisition_step"], collapse)
+            publish_image(trainer, "capgeo/rankme_heatmap", image, step, warn=self.warn_once)
         if log_dir is not None:
             save_png(story, Path(log_dir) / STORY_FILENAME)
 
