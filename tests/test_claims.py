@@ -1,0 +1,56 @@
+"""The study's claims counted on constructed run summaries with known answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capgeo_callbacks.claims import claims, main
+from capgeo_callbacks.report import RunRecord
+
+
+def run(name: str, **fields: object) -> RunRecord:
+    summary = {"task": "copy", "difficulty": "hard", "size": "xs", "parameters": 100, "acquisition_step": 500,
+               "verdict": "precursor", "layers": {"norm_f": {"floor": 2.0}}, "layer_order_rho": -0.5,
+               "logprob_emergence_step": 300, "acc_at_logprob_emergence": 0.01, "series": {},
+               "measures": {"probe_acc/norm_f": {"precedes_acquisition": True},
+                            "llc": {"precedes_acquisition": False}}}
+    summary.update(fields)
+    return RunRecord(name, None, Path(name), summary)
+
+
+def by_claim(found: list) -> dict:
+    return {c.claim.split(" (")[0]: c for c in found}
+
+
+def test_claims_on_constructed_runs() -> None:
+    records = [
+        run("a"), run("b"), run("c", verdict="simultaneous", layer_order_rho=0.5),
+        run("never", acquisition_step=None, verdict="not-acquired",
+            measures={"llc": {"precedes_acquisition": None}, "probe_acc/norm_f": {"precedes_acquisition": None}}),
+        run("mod1", task="mod", layers={"norm_f": {"floor": 2.1}}),
+        run("mod2", task="mod", layers={"norm_f": {"floor": 1.9}}),
+        run("easy", difficulty="easy", verdict="simultaneous"),
+        run("control", verdict="precursor", negative_control="nothing to learn"),
+    ]
+    found = by_claim(claims(records))
+    hard = found["RankMe collapse and recovery precede acquisition on hard tasks"]
+    # 4 of 5: the interval [0.38, 0.96] leaves out the study's 100%
+    assert hard.n == 5 and hard.measured.startswith("4/5 = 0.80") and hard.verdict == "not reproduced"
+    assert found["Easy tasks: no precursor"].measured.startswith("1/1") and found["Easy tasks: no precursor"].n == 1
+    assert found["mod collapses to a floor of about 2"].measured.startswith("median 2.00")
+    assert found["mod collapses to a floor of about 2"].verdict == "reproduced"
+    assert found["mul's collapse floor rises with capacity"].verdict == "not testable"
+    top_down = found["The collapse runs top-down"]
+    assert top_down.measured.startswith("5/6") and top_down.n == 6  # the control is left out
+    only = found["Only RankMe is a reliable precursor among the measures"]
+    assert only.verdict == "reproduced" and "llc 0/5" in only.measured
+    assert found["Log-prob emergence comes before accuracy acquisition"].measured.endswith("median accuracy there 0.01")
+
+
+def test_cli_writes_the_table(tmp_path: Path) -> None:
+    from capgeo_callbacks.summary import write_summary
+
+    write_summary(run("a").summary, tmp_path / "runs" / "a")
+    found = main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert len(found) == 9
+    assert "| claim | study |" in (tmp_path / "out" / "claims.md").read_text()
