@@ -27,6 +27,7 @@ import sweep  # noqa: E402
 import tasks  # noqa: E402
 from capgeo_callbacks.report import find_runs  # noqa: E402
 from capgeo_callbacks.summary import SUMMARY_FILENAME, json_safe  # noqa: E402
+from tasks.budgets import budget  # noqa: E402
 
 RUNS = ROOT / "runs" / "corpus"
 CORPUS = ROOT / "corpus"
@@ -44,18 +45,29 @@ PHASES: dict[str, tuple[list[str], list[str], list[int], Sequence[str], list[str
 }
 
 
-def run(phases: Sequence[str], jobs: int, dry_run: bool) -> None:
+def run(phases: Sequence[str], jobs: int, dry_run: bool, only: Sequence[str] | None = None, threads: int = 1) -> None:
     for phase in phases:
         difficulties, sizes, seeds, names, extra = PHASES[phase]
+        names = [name for name in names if only is None or name in only]
+        if not names:
+            continue
         logdir = RUNS / phase
         argv = ["--tasks", *names, "--difficulties", *difficulties, "--sizes", *sizes, "--seeds",
-                *map(str, seeds), "--logdir", str(logdir), "--jobs", str(jobs)]
+                *map(str, seeds), "--logdir", str(logdir), "--jobs", str(jobs), "--threads", str(threads)]
         argv += STOP if phase != "controls" else []
         argv += ["--extra-args", *extra] if extra else []
         if dry_run:
             argv.insert(0, "--dry-run")
         print(f"== phase {phase}: python sweep.py {' '.join(argv)}", flush=True)
         sweep.main(argv)
+
+
+def current(summary: dict) -> bool:
+    """Whether a run was made with the level's present parameters and budget (a recalibrated level makes
+    its older runs stale: they are not exported)."""
+    task, difficulty = summary.get("task"), summary.get("difficulty")
+    return (summary.get("task_params") == tasks.TASK_PARAMS[task][difficulty]
+            and summary.get("max_steps") == budget(task, difficulty).max_steps)
 
 
 def finished(summary: dict) -> bool:
@@ -69,6 +81,9 @@ def export() -> None:
     count = 0
     for record in find_runs(RUNS):
         if not finished(record.summary):
+            continue
+        if not current(record.summary):
+            print(f"stale (made before its level was recalibrated), not exported: {record.name}")
             continue
         phase = record.name.split("/", 1)[0]
         target = CORPUS / phase / record.name.split("/")[-1] / (SUMMARY_FILENAME + ".gz")
@@ -107,12 +122,14 @@ def main() -> None:
     run_parser.add_argument("--phases", nargs="+", choices=list(PHASES), default=list(PHASES))
     run_parser.add_argument("--jobs", type=int, default=2)
     run_parser.add_argument("--dry-run", action="store_true")
+    run_parser.add_argument("--tasks", nargs="+", choices=tasks.TASKS, help="only these tasks")
+    run_parser.add_argument("--threads", type=int, default=1, help="torch threads per run (one: runs share nothing)")
     commands.add_parser("export", help="copy finished summaries, gzipped, into corpus/")
     cost_parser = commands.add_parser("cost", help="CPU hours per phase and level")
     cost_parser.add_argument("folder", nargs="?", default=str(CORPUS))
     args = parser.parse_args()
     if args.command == "run":
-        run(args.phases, args.jobs, args.dry_run)
+        run(args.phases, args.jobs, args.dry_run, args.tasks, args.threads)
     elif args.command == "export":
         export()
     else:

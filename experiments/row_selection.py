@@ -1,7 +1,7 @@
 """Which rows RankMe reads: one run per task measured under three token selectors at once.
 
-    python train.py --task copy --difficulty hard --measures rankme,probes --extra-selectors first_answer,question_mean --logdir runs/row-selection
-    (the same for mod and sort)
+    python train.py --task copy --difficulty hard --measures rankme,probes \
+        --extra-selectors first_answer,question_mean --logdir runs/row-selection   # the same for mod and sort
     python experiments/row_selection.py runs/row-selection --out docs/row-selection
 
 Draws RankMe per layer for each selection (every answer position, one row per example at the position that
