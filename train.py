@@ -83,6 +83,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--extra-selectors", default="",
                         help="also measure RankMe with these comma-separated token selectors, each under "
                              f"rankme_<selector>/ (valid: {', '.join(SELECTORS)})")
+    parser.add_argument("--shuffle-answers", action="store_true",
+                        help="a negative control: training answers permuted across each batch, so nothing can be "
+                             "learned (validation keeps the true answers)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="also keep the weights after every evaluation (checkpoints/step=N.ckpt), for offline "
                              "analysis (python -m capgeo_callbacks.offline RUN_DIR)")
@@ -198,7 +201,8 @@ def make_datamodule(args: argparse.Namespace) -> tasks.TaskDataModule:
     answer_len = tasks.make_datamodule(args.task, args.difficulty, val_size=1, test_size=1).answer_len
     val_size = min(PROBE_ROWS, max(MIN_VAL_EXAMPLES, math.ceil(PROBE_ROWS / answer_len)))
     return tasks.make_datamodule(args.task, args.difficulty, seed=args.seed, batch_size=args.batch_size,
-                                 val_size=val_size, test_size=val_size, eval_batch_size=1024)
+                                 val_size=val_size, test_size=val_size, eval_batch_size=1024,
+                                 shuffle_answers=args.shuffle_answers)
 
 
 class StopAfterAcquisition(Callback):
@@ -318,6 +322,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         "parameters": module.model.num_parameters(), "max_steps": args.max_steps, "stop_at_step": args.stop_at_step,
         "eval_schedule": args.eval_schedule, "eval_points": args.eval_points, "warmup_steps": args.warmup_steps,
         "negative_control": budget(args.task, args.difficulty).negative_control,
+        "shuffled_answers": args.shuffle_answers,
         "batch_size": args.batch_size, "lr": args.lr, "task_params": datamodule.params,
         # what rebuilds the same validation rows offline (python -m capgeo_callbacks.analyze)
         "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,

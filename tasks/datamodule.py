@@ -82,7 +82,8 @@ class TaskDataModule(pl.LightningDataModule):
     shifted by one) and ``answer_mask`` (BoolTensor [B, T], True where ``targets`` is an answer
     token). Validation and test hold ``val_size`` / ``test_size`` distinct examples, or all the
     distinct examples of their bucket that the search finds when the level's example space is smaller
-    (e.g. ``mod`` easy has 31 * 31 = 961 questions, about 96 per evaluation split). They are drawn
+    (e.g. ``mod`` with ``p=31`` has 31 * 31 = 961 questions, about 96 per evaluation split; every
+    level of :data:`tasks.TASK_PARAMS` has at least 6,400, see :mod:`tasks.space`). They are drawn
     from the training distribution and deduplicated, so in a tiny space they are uniform over its
     questions.
 
@@ -100,6 +101,7 @@ class TaskDataModule(pl.LightningDataModule):
         test_size: number of test examples (at most).
         eval_batch_size: batch size of the validation and test loaders.
         params: overrides of the level's parameters in :data:`tasks.TASK_PARAMS`.
+        shuffle_answers: permute the training answers across each batch (a negative control).
 
     Raises:
         ValueError: unknown task, difficulty or parameter, or a size that is not a positive integer.
@@ -121,8 +123,10 @@ class TaskDataModule(pl.LightningDataModule):
         test_size: int = 2048,
         eval_batch_size: int = 512,
         params: Mapping[str, Any] | None = None,
+        shuffle_answers: bool = False,
     ) -> None:
         super().__init__()
+        self.shuffle_answers = bool(shuffle_answers)
         self.params: dict[str, Any] = resolve_params(task, difficulty, params)
         self.spec: TaskSpec = build_spec(task, self.params)
         self.task = task
@@ -166,8 +170,17 @@ class TaskDataModule(pl.LightningDataModule):
         return torch.cat(parts)[:n]
 
     def train_sequences(self, k: int, batch_size: int | None = None) -> Tensor:
-        """Full sequences [B, T+1] of training batch ``k`` of the stream (pure function of seed, k)."""
-        return self._draw_train(batch_size or self.batch_size, seeded_generator(self.seed, TRAIN, k))
+        """Full sequences [B, T+1] of training batch ``k`` of the stream (pure function of seed, k).
+
+        With ``shuffle_answers`` the answers are permuted across the batch's examples, so that no question
+        predicts its answer: a negative control with the task's inputs and answer distribution and nothing
+        to learn (validation keeps the true answers)."""
+        seq = self._draw_train(batch_size or self.batch_size, seeded_generator(self.seed, TRAIN, k))
+        if self.shuffle_answers:
+            order = torch.randperm(seq.shape[0], generator=seeded_generator(self.seed, TRAIN, k, 1))
+            answer = slice(self.spec.question_len + 1, None)  # the tokens after "="
+            seq = torch.cat([seq[:, : answer.start], seq[order, answer]], dim=1)
+        return seq
 
     def train_batch(self, k: int) -> Batch:
         """Training batch ``k`` of the stream, as a batch dict."""
@@ -288,6 +301,7 @@ def make_datamodule(
     test_size: int = 2048,
     eval_batch_size: int = 512,
     params: Mapping[str, Any] | None = None,
+    shuffle_answers: bool = False,
 ) -> TaskDataModule:
     """Build the :class:`TaskDataModule` of ``task`` at ``difficulty`` (see its docstring)."""
     return TaskDataModule(
@@ -299,4 +313,5 @@ def make_datamodule(
         test_size=test_size,
         eval_batch_size=eval_batch_size,
         params=params,
+        shuffle_answers=shuffle_answers,
     )
