@@ -16,6 +16,7 @@ from scipy.stats import spearmanr
 
 from capgeo_callbacks import report
 from capgeo_callbacks.detection import spearman
+from capgeo_callbacks.summary import SUMMARY_FILENAME
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -55,7 +56,7 @@ def make_summary(
 
 
 def write_run(runs_dir: Path, name: str, summary: dict[str, Any], version: int = 0) -> Path:
-    path = runs_dir / name / f"version_{version}" / report.SUMMARY_FILENAME
+    path = runs_dir / name / f"version_{version}" / SUMMARY_FILENAME
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary))
     return path
@@ -88,7 +89,7 @@ def test_find_runs_takes_the_newest_version_with_a_summary(tmp_path: Path, caplo
     write_run(root, "mod-hard-xs-s0", make_summary(steps=10), version=0)
     write_run(root, "mod-hard-xs-s0", make_summary(steps=20), version=1)
     (root / "mod-hard-xs-s0" / "version_2").mkdir()  # a later run killed before writing its summary
-    broken = root / "other" / "version_0" / report.SUMMARY_FILENAME
+    broken = root / "other" / "version_0" / SUMMARY_FILENAME
     broken.parent.mkdir(parents=True)
     broken.write_text("{not json")
     records = report.find_runs(root)
@@ -248,11 +249,13 @@ def test_cli_errors_on_a_folder_without_runs(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_report_imports_neither_tasks_nor_models() -> None:
-    tree = ast.parse((ROOT / "capgeo_callbacks" / "report.py").read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not imported & {"tasks", "models", "train", "sweep"}
+    for path in (ROOT / "capgeo_callbacks" / "report").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom)}
+        assert not imported & {"tasks", "models", "train", "sweep"}, path
 
 
 @pytest.mark.slow
