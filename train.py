@@ -49,7 +49,7 @@ DEFAULT_MEASURES = ("rankme", "probes")
 # measured choice (README, "Which rows RankMe reads"); 512 rows, the size of the smallest validation set.
 RANKME_SELECTOR = "first_answer"
 RANKME_ROWS = 512
-PROBE_ROWS = 2048  # probe rows per layer: answer positions (labels are the answer tokens)
+PROBE_ROWS = 2048  # probe rows per layer, at most: answer positions (labels are the answer tokens)
 MIN_VAL_EXAMPLES = 512  # every evaluation split holds at least 512 distinct questions
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
 
@@ -165,15 +165,16 @@ MEASURE_CALLBACKS: dict[str, type[Callback]] = {
 
 
 def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
-                            extra_selectors: Sequence[str] = ()) -> list[Callback]:
+                            extra_selectors: Sequence[str] = (), answer_len: int | None = None) -> list[Callback]:
     """The capgeo callbacks for the chosen measures (built from :data:`MEASURE_OPTIONS`), with the
     precursor detector when any measure is on. Each of ``extra_selectors`` adds a RankMe monitor with that
     token selector under the tag prefix ``rankme_<selector>`` (detection reads the default ``rankme/``)."""
-    callbacks: list[Callback] = [MEASURE_CALLBACKS[name](**MEASURE_OPTIONS.get(name, {}))
-                                 for name in MEASURES if name in names]
-    options = MEASURE_OPTIONS["rankme"]
-    callbacks += [RankMeMonitor(**{**options, "selector": selector, "prefix": f"rankme_{selector}"})
-                  for selector in extra_selectors if selector != options["selector"]]
+    options = {name: dict(MEASURE_OPTIONS.get(name, {})) for name in MEASURES}
+    if answer_len is not None:  # the answer rows the validation set has (no warning about fewer rows)
+        options["probes"]["num_rows"] = min(options["probes"]["num_rows"], MIN_VAL_EXAMPLES * answer_len)
+    callbacks: list[Callback] = [MEASURE_CALLBACKS[name](**options[name]) for name in MEASURES if name in names]
+    callbacks += [RankMeMonitor(**{**options["rankme"], "selector": selector, "prefix": f"rankme_{selector}"})
+                  for selector in extra_selectors if selector != options["rankme"]["selector"]]
     if callbacks:
         callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info))
     return callbacks
@@ -193,15 +194,14 @@ def check_logdir(logdir: str) -> Path:
 
 
 def make_datamodule(args: argparse.Namespace) -> tasks.TaskDataModule:
-    """The task's datamodule, with a validation set just big enough for ``PROBE_ROWS`` probe rows.
+    """The task's datamodule, with ``MIN_VAL_EXAMPLES`` validation (and test) examples.
 
-    Validation runs ~256 times a run, so its size is what a run's evaluation costs: one answer row
-    per answer token, hence ``PROBE_ROWS / answer_len`` examples (at least ``MIN_VAL_EXAMPLES``).
+    Validation runs ~256 times a run, so its size is what a run's evaluation costs: 512 examples give RankMe
+    its 512 rows (one per example), accuracy in steps of 0.2%, and the probes up to ``PROBE_ROWS`` answer
+    rows (fewer on short answers: 512 on mod's one answer token).
     """
-    answer_len = tasks.make_datamodule(args.task, args.difficulty, val_size=1, test_size=1).answer_len
-    val_size = min(PROBE_ROWS, max(MIN_VAL_EXAMPLES, math.ceil(PROBE_ROWS / answer_len)))
     return tasks.make_datamodule(args.task, args.difficulty, seed=args.seed, batch_size=args.batch_size,
-                                 val_size=val_size, test_size=val_size, eval_batch_size=1024,
+                                 val_size=MIN_VAL_EXAMPLES, test_size=MIN_VAL_EXAMPLES, eval_batch_size=1024,
                                  shuffle_answers=args.shuffle_answers)
 
 
@@ -328,7 +328,8 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,
                        "test_size": datamodule.test_size, "eval_batch_size": datamodule.eval_batch_size},
     }
-    measures = build_measure_callbacks(args.measure_names, run_info=run_info, extra_selectors=args.extra_selectors)
+    measures = build_measure_callbacks(args.measure_names, run_info=run_info, extra_selectors=args.extra_selectors,
+                                       answer_len=datamodule.answer_len)
     if args.stop_after_acquisition:
         measures.append(StopAfterAcquisition(args.evals_after_acquisition))
     trainer = build_trainer(args, [*measures, *callbacks], logger)
