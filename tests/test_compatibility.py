@@ -109,16 +109,7 @@ def loggers(kind: str, root: Path) -> list[Logger] | bool:
     return [made[kind]()]
 
 
-@pytest.fixture(autouse=True)
-def offline_loggers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store only on request
-    yield
-    wandb = sys.modules.get("wandb")
-    if wandb is not None and wandb.run is not None:
-        wandb.finish()
+pytestmark = pytest.mark.usefixtures("offline_loggers")
 
 
 def make_trainer(root: Path, callbacks: list[pl.Callback], logger: list[Logger] | bool, **options: Any) -> Trainer:

@@ -11,11 +11,9 @@ from __future__ import annotations
 import csv
 import json
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
@@ -23,59 +21,19 @@ import yaml
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from matplotlib import image as mpimg
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from capgeo_callbacks import DetectionSettings, MeasureCallback, PrecursorDetector
+from capgeo_callbacks import DetectionSettings, PrecursorDetector
 from capgeo_callbacks.loggers import TEXT_FILENAME
 from tests.callbacks.conftest import read_events
+from tests.callbacks.scripted import INTERVAL, RANKME, ScriptedAccuracy, ScriptedMeasure
 
-INTERVAL = 10
-# RankMe per evaluation (evaluation i at step 10 * (i + 1)): rise, collapse at evaluation 5 (step 60), recover
-RANKME = [20, 30, 40, 30, 15, 8, 9, 14, 20, 26, 30, 32, 33, 33, 33, 33]
-ACC = [0.0] * 11 + [0.6, 0.7, 0.8, 0.9, 0.95]  # crosses 0.5 at evaluation 11 (step 120)
 STEPS = INTERVAL * len(RANKME)
 RUN_INFO = {"task": "scripted", "size": "xs", "seed": 3}
 ALERT_START = "capgeo precursor alert at step 90"
 
 
-class ScriptedMeasure(MeasureCallback):
-    """A measure callback whose RankMe follows the script."""
-
-    tags = ["rankme/last"]
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        self.record(trainer, trainer.global_step, {"rankme/last": float(RANKME[self.evaluations])})
-        self.evaluations += 1
-
-
-class ScriptedAccuracy(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = nn.Linear(2, 1)
-
-    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self.layer(batch[0]).pow(2).mean()
-
-    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
-        self.log("val/acc", ACC[self.global_step // INTERVAL - 1], on_epoch=True, batch_size=1)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-@pytest.fixture(autouse=True)
-def offline_loggers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store only on request
-    yield
-    wandb = sys.modules.get("wandb")
-    if wandb is not None and wandb.run is not None:
-        wandb.finish()
+pytestmark = pytest.mark.usefixtures("offline_loggers")
 
 
 def run(logger: Logger, root: Path) -> PrecursorDetector:
