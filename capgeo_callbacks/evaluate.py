@@ -103,7 +103,7 @@ def run_series(record: RunRecord) -> RunSeries | None:
               if tag.startswith("probe_acc/")}
     logprob_tag = next((tag for tag in LOGPROB_TAGS if tag in series), None)
     logprob = align(_finite(series[logprob_tag]), steps) if logprob_tag else None
-    info = {key: summary.get(key) for key in ("task", "difficulty", "size", "seed", "max_steps")}
+    info = {key: summary.get(key) for key in ("task", "difficulty", "size", "seed", "max_steps", "warmup_steps")}
     control = bool(summary.get("negative_control")) or bool(summary.get("shuffled_answers"))
     return RunSeries(record.name, info, steps, acc, rankme, logprob, probes, control)
 
@@ -180,7 +180,8 @@ class Rule:
         name: how tables name it.
         kind: ``rankme`` (the precursor detector with ``settings``), ``loss`` (:func:`loss_onset_alert`),
             ``logprob`` (log-prob emergence), ``probe`` (any layer's probe accuracy reaching the acquisition
-            threshold), ``clock`` (at ``clock`` x the budget, whatever happens).
+            threshold), ``clock`` (at ``clock`` x the budget, whatever happens), ``warmup`` (at the end of the
+            learning-rate warm-up, whatever happens: the study's rule alerting on the warm-up's dip is this).
         settings: detection settings (``rankme``; also the acquisition threshold for every kind).
         clock: the fraction of the budget of the clock rule.
     """
@@ -209,7 +210,10 @@ class Rule:
             return min(found) if found else None
         if self.kind == "clock":
             return next((s for s in run.steps if s >= self.clock * run.max_steps), None)
-        raise ValueError(f"unknown rule kind {self.kind!r}; valid: rankme, loss, logprob, probe, clock")
+        if self.kind == "warmup":
+            end = int(run.info.get("warmup_steps") or DEFAULT_GUARD)
+            return next((s for s in run.steps if s >= end), None)
+        raise ValueError(f"unknown rule kind {self.kind!r}; valid: rankme, loss, logprob, probe, clock, warmup")
 
 
 BASELINES = (
@@ -217,6 +221,7 @@ BASELINES = (
     Rule("log-prob emergence (baseline)", "logprob"),
     Rule("probe crossing (baseline)", "probe"),
     Rule("clock at 20% (baseline)", "clock", clock=0.2),
+    Rule("clock at warm-up end (baseline)", "warmup"),
 )
 RULES: dict[str, DetectionSettings] = {"study": DetectionSettings()}
 """Named RankMe rules: ``study`` is the study's rule (the default)."""

@@ -94,6 +94,8 @@ def test_study_rule_on_constructed_runs() -> None:
 def test_baselines() -> None:
     clock = {o.run: o.alert for o in score(Rule("clock", "clock", clock=0.2), RUNS)["outcomes"]}
     assert clock["miss"] == 400 and clock["alert after acquisition"] == 400 and clock["false alarm"] == 400
+    warmup = {o.run: o.alert for o in score(Rule("warm-up", "warmup"), RUNS)["outcomes"]}
+    assert warmup["miss"] == 100 and warmup["never acquired, quiet"] == 100  # train.py's 100-step warm-up
     loss = {o.run: o.alert for o in score(Rule("loss", "loss"), RUNS)["outcomes"]}
     assert loss["never acquired, quiet"] is None  # a flat log-prob never leaves its plateau
     assert loss["miss"] is not None and 900 < loss["miss"] < 1200  # leaves the plateau after onset at 900
