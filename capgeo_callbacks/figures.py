@@ -17,7 +17,7 @@ import numpy as np
 
 from capgeo_callbacks.summary import layer_names
 
-__all__ = ["figure_pixels", "plot_grid", "plot_run", "rankme_heatmap", "story_figure"]
+__all__ = ["figure_pixels", "plot_grid", "plot_run", "rankme_heatmap", "story_card", "story_figure"]
 
 _DIFFICULTY_ORDER = {"easy": 0, "medium": 1, "hard": 2}
 
@@ -153,6 +153,30 @@ def story_figure(summary: Mapping[str, Any], title: str = "", dpi: int = 100) ->
     return figure
 
 
+def story_card(summary: Mapping[str, Any]) -> Any:
+    """The story at the size TensorBoard shows an image card (about 400 x 260 pixels) with text still readable
+    there: the same curves and markers, a one-line title, a small legend inside the plot."""
+    from matplotlib import rc_context
+
+    with rc_context({"font.size": 7, "axes.titlesize": 8, "xtick.labelsize": 6, "ytick.labelsize": 6}):
+        figure = new_figure(4.2, 2.7, 100)
+        axis = figure.add_subplot()
+        twin, handles = draw_run(axis, summary, markers=True, linewidth=1.2)
+        gap = summary.get("gap")
+        axis.set_title(f"{_text(summary.get('task'))} {_text(summary.get('difficulty'))}: "
+                       f"{_text(summary.get('verdict'))}" + (f", gap {gap} steps" if gap is not None else ""))
+        axis.set_xlabel("step (log)", labelpad=1)
+        axis.set_ylabel("RankMe", labelpad=1)
+        twin.set_ylabel("accuracy", labelpad=1)
+        short = [h for h in handles if not h.get_label().startswith(("collapse", "recovery"))]
+        for handle in short:
+            label = handle.get_label()
+            handle.set_label(label.split(",")[0].split(" (")[0].replace("answer token probability", "p(answer)"))
+        axis.legend(handles=short, loc="upper left", fontsize=5, frameon=True, framealpha=0.7, handlelength=1.5)
+        figure.subplots_adjust(left=0.12, right=0.88, top=0.9, bottom=0.15)
+    return figure
+
+
 def plot_run(name: str, summary: Mapping[str, Any], path: str | Path, dpi: int = 110) -> Path:
     """:func:`story_figure` of one run, saved as PNG."""
     path = Path(path)
@@ -218,9 +242,17 @@ def rankme_heatmap(series: Mapping[str, Sequence[Sequence[float]]], acquisition_
     their share of the width); each row is normalised to its own peak so every layer's collapse is visible
     whatever its scale. Acquisition is a dashed line, each layer's collapse a white dot.
     """
+    from matplotlib import rc_context
+
     layers = [name for name, points in series.items() if points]
     steps = sorted({int(p[0]) for name in layers for p in series[name]})
-    figure = new_figure(9, 1.2 + 0.45 * max(1, len(layers)), 100)
+    with rc_context({"font.size": 6, "axes.titlesize": 7}):  # card-sized, as loggers show images
+        return _heatmap(series, layers, steps, acquisition_step, collapse_steps)
+
+
+def _heatmap(series: Mapping[str, Sequence[Sequence[float]]], layers: list[str], steps: list[int],
+             acquisition_step: int | None, collapse_steps: Mapping[str, int | None] | None) -> np.ndarray:
+    figure = new_figure(4.2, 0.9 + 0.3 * max(1, len(layers)), 100)
     axis = figure.add_subplot()
     if layers and steps:
         index = {step: i for i, step in enumerate(steps)}
@@ -234,7 +266,7 @@ def rankme_heatmap(series: Mapping[str, Sequence[Sequence[float]]], acquisition_
         image = axis.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest",
                             origin="lower", extent=(-0.5, len(steps) - 0.5, -0.5, len(layers) - 0.5))
         axis.set_yticks(range(len(layers)), layers)
-        ticks = sorted({round(k) for k in np.linspace(0, len(steps) - 1, 8)})
+        ticks = sorted({round(k) for k in np.linspace(0, len(steps) - 1, 6)})
         axis.set_xticks(ticks, [str(steps[k]) for k in ticks])
         axis.set_xlabel("step (one column per evaluation)")
         figure.colorbar(image, ax=axis, label="RankMe / layer peak", pad=0.01)
@@ -244,11 +276,11 @@ def rankme_heatmap(series: Mapping[str, Sequence[Sequence[float]]], acquisition_
 
         if acquisition_step is not None:
             axis.axvline(column(acquisition_step), color="red", linestyle="--", linewidth=1.5, label="acquisition")
-            axis.legend(loc="upper left", fontsize=8, framealpha=0.6)
+            axis.legend(loc="upper left", fontsize=5, framealpha=0.6)
         for row, name in enumerate(layers):
             step = (collapse_steps or {}).get(name)
             if step is not None:
-                axis.plot([column(step)], [row], "o", color="white", markersize=5, markeredgecolor="black")
-    axis.set_title("RankMe per layer (deepest at top); o = collapse, dashed = acquisition", fontsize=9)
+                axis.plot([column(step)], [row], "o", color="white", markersize=4, markeredgecolor="black")
+    axis.set_title("RankMe / layer peak (deepest at top); o collapse, dashed acquisition")
     figure.tight_layout()
     return figure_pixels(figure)

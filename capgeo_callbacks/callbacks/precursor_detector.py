@@ -24,7 +24,7 @@ from capgeo_callbacks.callbacks.base import MeasureCallback, append_point, check
 from capgeo_callbacks.dashboard import custom_scalars_layout
 from capgeo_callbacks.detection import Alert, DetectionSettings, detect_acquisition, scan_alerts
 from capgeo_callbacks.detection.series import align, split_points
-from capgeo_callbacks.figures import figure_pixels, rankme_heatmap, story_figure
+from capgeo_callbacks.figures import figure_pixels, rankme_heatmap, story_card, story_figure
 from capgeo_callbacks.loggers import publish_alert, publish_hparams, publish_image, publish_text, save_png
 from capgeo_callbacks.summary import SUMMARY_FILENAME, alert_message, build_summary, verdict_table, write_summary
 
@@ -205,8 +205,9 @@ class PrecursorDetector(Callback):
             return
         summary = self.summary if step == trainer.global_step and self.summary else self.build_summary(trainer,
                                                                                                        pl_module)
+        # loggers show images as small cards: the card-sized story there, the full one in the run folder
+        publish_image(trainer, "capgeo/story", figure_pixels(story_card(summary)), step, warn=self.warn_once)
         story = figure_pixels(story_figure(summary))
-        publish_image(trainer, "capgeo/story", story, step, warn=self.warn_once)
         if heatmap:
             collapse = {name: info["collapse_step"] for name, info in summary["layers"].items()}
             image = rankme_heatmap(self.rankme_series(trainer), summary["acquisition_step"], collapse)
