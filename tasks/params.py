@@ -2,7 +2,7 @@
 
 ``TASK_PARAMS`` is the single place a level is defined: change a number here and the task, its
 sequence length and the README table all follow. The starting values are the lead's first guess;
-they are re-tuned by measurement (spec §3: ``hard`` must not be acquired by the smallest model in
+they are re-tuned by measurement (``hard`` must not be acquired by the smallest model in
 the first tenth of its budget, ``easy`` is acquired quickly).
 """
 
@@ -19,47 +19,47 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "copy": {
         "easy": {"length": 6, "alphabet": 10, "blanks": 0},
         "medium": {"length": 16, "alphabet": 10, "blanks": 0},
-        "hard": {"length": 24, "alphabet": 32, "blanks": 16},
+        "hard": {"length": 12, "alphabet": 32, "blanks": 12},
     },
     "reverse": {
         "easy": {"length": 6, "alphabet": 10, "blanks": 0},
-        "medium": {"length": 16, "alphabet": 10, "blanks": 0},
-        "hard": {"length": 32, "alphabet": 10, "blanks": 0},
+        "medium": {"length": 12, "alphabet": 10, "blanks": 0},
+        "hard": {"length": 16, "alphabet": 10, "blanks": 0},
     },
     "compare": {
         "easy": {"digits": 2, "queries": 2},
-        "medium": {"digits": 5, "queries": 2},
-        "hard": {"digits": 10, "queries": 2},
+        "medium": {"digits": 3, "queries": 2},
+        "hard": {"digits": 4, "queries": 2},
     },
     "parity": {
-        "easy": {"bits": 3, "queries": 2},
-        "medium": {"bits": 6, "queries": 2},
+        "easy": {"bits": 2, "queries": 7},
+        "medium": {"bits": 3, "queries": 5},
         "hard": {"bits": 12, "queries": 2},
     },
     "add": {
         "easy": {"digits": 2},
         "medium": {"digits": 4},
-        "hard": {"digits": 16},
+        "hard": {"digits": 8},
     },
     "mod": {
-        "easy": {"op": "+", "p": 31},
-        "medium": {"op": "+", "p": 61},
+        "easy": {"op": "+", "p": 89},
+        "medium": {"op": "+", "p": 113},
         "hard": {"op": "*", "p": 97},
     },
     "sort": {
         "easy": {"length": 8, "alphabet": 10},
-        "medium": {"length": 16, "alphabet": 32},
-        "hard": {"length": 40, "alphabet": 64},
+        "medium": {"length": 12, "alphabet": 32},
+        "hard": {"length": 16, "alphabet": 32},
     },
     "mul": {
-        "easy": {"digits_a": 2, "digits_b": 1},
-        "medium": {"digits_a": 2, "digits_b": 2},
-        "hard": {"digits_a": 3, "digits_b": 3},
+        "easy": {"digits_a": 3, "digits_b": 1},
+        "medium": {"digits_a": 5, "digits_b": 1},
+        "hard": {"digits_a": 8, "digits_b": 1},
     },
     "deduce": {
-        "easy": {"chain": 2, "distractors": 0, "queries": 2, "hops": 1},
-        "medium": {"chain": 5, "distractors": 2, "queries": 2, "hops": 2},
-        "hard": {"chain": 8, "distractors": 6, "queries": 2, "hops": 7},
+        "easy": {"chain": 2, "distractors": 0, "queries": 4, "hops": 1},
+        "medium": {"chain": 2, "distractors": 1, "queries": 4, "hops": 1},
+        "hard": {"chain": 3, "distractors": 0, "queries": 4, "hops": 2},
     },
 }
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
+from tasks.budgets import budget
 from tasks.generators import build_spec
 from tasks.params import DIFFICULTIES, PARAM_DOCS, TASK_PARAMS, TASKS
-from tasks.splits import seeded_generator
+from tasks.space import eval_split_share, format_count, question_space
+from tasks.splits import VAL_BUCKETS, seeded_generator
 from tasks.vocab import decode
 
 README_TABLE_PATH = Path(__file__).with_name("README_TABLE.md")
@@ -27,6 +29,19 @@ def example_sequence(task: str, difficulty: str = "easy", seed: int = 0) -> str:
     return decode(spec.sample(1, seeded_generator(seed, zlib.crc32(task.encode())))[0])
 
 
+def _space_cell(task: str, difficulty: str) -> str:
+    """The level's question space and its expected share in each evaluation split."""
+    space = question_space(task, TASK_PARAMS[task][difficulty])
+    return f"{format_count(space)} ({format_count(eval_split_share(space))})"
+
+
+def _budget_cell(task: str, difficulty: str) -> str:
+    """The level's default run: steps, batch, learning rate, size (and its negative-control mark)."""
+    b = budget(task, difficulty)
+    cell = f"{b.max_steps:,} steps, batch {b.batch_size}, lr {b.lr:g}, `{b.size}`"
+    return cell + (" (negative control)" if b.negative_control else "")
+
+
 def _escape_bars(text: str) -> str:
     """``text`` with ``|`` escaped, so that it can sit in a Markdown table cell."""
     return text.replace("|", "\\|")
@@ -42,13 +57,24 @@ def params_table() -> str:
         cells = [_level_cell(task, d) for d in DIFFICULTIES]
         example = _escape_bars(example_sequence(task))
         lines.append(f"| `{task}` | " + " | ".join(cells) + f" | `{example}` |")
+    lines += ["", "| task | " + " | ".join(f"questions: {d}" for d in DIFFICULTIES) + " |",
+              "| --- | " + " | ".join("---:" for _ in DIFFICULTIES) + " |"]
+    lines += [f"| `{task}` | " + " | ".join(_space_cell(task, d) for d in DIFFICULTIES) + " |" for task in TASKS]
+    lines += ["", "| task | " + " | ".join(f"budget: {d}" for d in DIFFICULTIES) + " |",
+              "| --- | " + " | ".join("---" for _ in DIFFICULTIES) + " |"]
+    lines += [f"| `{task}` | " + " | ".join(_budget_cell(task, d) for d in DIFFICULTIES) + " |" for task in TASKS]
     lines += ["", "| task | parameter | meaning |", "| --- | --- | --- |"]
     legend = [(task, key, doc) for task in TASKS for key, doc in PARAM_DOCS[task].items()]
     lines += [f"| `{task}` | `{key}` | {_escape_bars(doc)} |" for task, key, doc in legend]
     lines += [
         "",
         "T is the length of `input_ids` (the sequence minus its last token); loss and accuracy count only"
-        " the answer tokens. Regenerate this file with `python -m tasks`.",
+        " the answer tokens. Questions: the number of distinct questions of the level (deduce counts its"
+        f" facts as a set), then, in brackets, the {VAL_BUCKETS}% of them whose hash puts them in each"
+        " evaluation split (validation and test alike; the other 80% are training questions). Evaluation sets"
+        " hold up to 2,048 distinct questions drawn from their split (`train.py`: max(512, 2048 / answer"
+        " tokens)), never fewer than 512. Budget: the default run of `train.py` (`tasks/budgets.py`): steps,"
+        " batch size, peak learning rate and model size. Regenerate this file with `python -m tasks`.",
     ]
     return "\n".join(lines) + "\n"
 

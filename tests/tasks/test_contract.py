@@ -149,7 +149,7 @@ def test_multi_query_tasks() -> None:
             question = text.split(" = ")[0]
             questions = question.split(" | ")[1].split(" , ") if task == "deduce" else question.split(" | ")
             assert len(questions) == q, text
-    # queries=1 gives the single-question layouts, e.g. "0 1 1 = 0" (parity easy has 3 bits).
-    assert make_datamodule("parity", "easy", params={"queries": 1}).seq_len == 4
+    # queries=1 gives the single-question layouts, e.g. "0 1 = 1" (parity easy has 2 bits).
+    assert make_datamodule("parity", "easy", params={"queries": 1}).seq_len == 3
     assert make_datamodule("compare", "easy", params={"queries": 1}).seq_len == 6
     assert make_datamodule("deduce", "easy", params={"queries": 1}).seq_len == 8  # "a > b | a ? b = >"

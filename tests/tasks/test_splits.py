@@ -57,9 +57,9 @@ def test_mod_small_space_is_partitioned_exactly(difficulty: str) -> None:
     val, test = _questions(dm, dm.eval_sequences("val")), _questions(dm, dm.eval_sequences("test"))
     assert val == {tuple(r) for r, s in zip(space.tolist(), splits, strict=True) if s == "val"}
     assert test == {tuple(r) for r, s in zip(space.tolist(), splits, strict=True) if s == "test"}
-    train = set().union(*(_questions(dm, dm.train_sequences(k)) for k in range(150)))
+    train = set().union(*(_questions(dm, dm.train_sequences(k, batch_size=4096)) for k in range(20)))
     if difficulty == "easy":
-        assert train == every - val - test  # 150 batches of 128 visit all ~770 train questions
+        assert train == every - val - test  # 20 batches of 4096 visit all ~6,300 train questions (p=89)
     assert not train & (val | test)
 
 
@@ -82,7 +82,8 @@ def test_small_multi_query_space_eval_sets_hold_their_whole_bucket() -> None:
 
 def test_deduce_fact_order_does_not_change_the_split() -> None:
     dm = datamodule("deduce", "hard")
-    n_facts = 7 + 6
+    n_facts = dm.params["chain"] - 1 + dm.params["distractors"]
+    assert n_facts >= 2  # else there is no order to shuffle
     for name in ("val", "test"):
         seqs = dm.eval_sequences(name)[:200]
         facts = seqs[:, : 4 * n_facts].reshape(-1, n_facts, 4)
