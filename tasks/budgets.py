@@ -85,9 +85,9 @@ BUDGETS: dict[str, dict[str, Budget]] = {
         "hard": Budget(max_steps=1800),  # the main command; 16 values of 32: acquired near step 1100
     },
     "mul": {
-        "easy": Budget(max_steps=6000),
-        "medium": Budget(max_steps=5000),
-        "hard": Budget(max_steps=3000),
+        "easy": Budget(max_steps=6000),  # 3 x 1 digits: acquired at step 1008 (seed 0, 17%)
+        "medium": Budget(max_steps=2500),  # 5 x 1: at 880 (seed 0: 35% of 2,500)
+        "hard": Budget(max_steps=2500),  # 8 x 1: at 1080 (seed 0: 43% of 2,500)
     },
     "deduce": {
         "easy": Budget(max_steps=5000),
