@@ -4,6 +4,7 @@ negative controls, each a train.py run at its default budget, stopped a few eval
     python experiments/corpus.py run --phases hard medium easy controls s --jobs 2   # resumable
     python experiments/corpus.py export                                              # -> corpus/
     python experiments/corpus.py cost                                                # CPU hours per phase
+    python experiments/corpus.py table                                               # acquisition per seed
 
 ``run`` goes through sweep.py, so an interrupted corpus picks up where it stopped: finished runs are skipped,
 unfinished ones resume from their last checkpoint. ``export`` copies each finished run's summary (its series
@@ -115,6 +116,41 @@ def cost(folder: Path) -> None:
     print(f"| all | | | {total[0]} | {total[1]:.2f} | {total[2]:.2f} |")
 
 
+def table(folder: Path) -> None:
+    """Task x level x seed on xs: the acquisition step (and its share of the budget), the budget and the
+    wall time of each run (the README's calibration table). Shuffled-answer controls are left out."""
+    cells: dict[tuple[str, str], dict[int, dict]] = {}
+    for record in find_runs(folder):
+        s = record.summary
+        if s.get("size") != "xs" or s.get("shuffled_answers"):
+            continue
+        cells.setdefault((str(s["task"]), str(s["difficulty"])), {})[int(s["seed"])] = s
+    seeds = sorted({seed for runs in cells.values() for seed in runs})
+    print("| task | level | budget | " + " | ".join(f"seed {seed}: acquired at (wall)" for seed in seeds)
+          + " | late (after 20%) |")
+    print("| --- | --- | ---: | " + " | ".join("---" for _ in seeds) + " | --- |")
+    order = {name: i for i, name in enumerate(tasks.TASKS)}
+    levels = {"easy": 0, "medium": 1, "hard": 2}
+    for (task, level), runs in sorted(cells.items(), key=lambda kv: (order[kv[0][0]], levels[kv[0][1]])):
+        max_steps = budget(task, level).max_steps
+        row, late = [], 0
+        for seed in seeds:
+            s = runs.get(seed)
+            if s is None:
+                row.append("—")
+                continue
+            wall = f"{float(s.get('wall_seconds') or 0) / 60:.1f} min"
+            step = s.get("acquisition_step")
+            if step is None:
+                row.append(f"not acquired in {s.get('steps')} ({wall})")
+            else:
+                late += step > 0.2 * max_steps
+                row.append(f"{step} ({step / max_steps:.0%}; {wall})")
+        control = budget(task, level).negative_control
+        verdict = "negative control" if control else f"{late} of {len(runs)}"
+        print(f"| `{task}` | {level} | {max_steps:,} | " + " | ".join(row) + f" | {verdict} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -127,11 +163,15 @@ def main() -> None:
     commands.add_parser("export", help="copy finished summaries, gzipped, into corpus/")
     cost_parser = commands.add_parser("cost", help="CPU hours per phase and level")
     cost_parser.add_argument("folder", nargs="?", default=str(CORPUS))
+    table_parser = commands.add_parser("table", help="acquisition step per task, level and seed (xs)")
+    table_parser.add_argument("folder", nargs="?", default=str(CORPUS))
     args = parser.parse_args()
     if args.command == "run":
         run(args.phases, args.jobs, args.dry_run, args.tasks, args.threads)
     elif args.command == "export":
         export()
+    elif args.command == "table":
+        table(Path(args.folder))
     else:
         cost(Path(args.folder))
 
