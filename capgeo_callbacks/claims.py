@@ -103,7 +103,10 @@ def claims(records: Sequence[RunRecord]) -> list[Claim]:
         found.append(Claim("Only RankMe is a reliable precursor among the measures", "RankMe 100%, others unreliable",
                            "—", 0, "not testable"))
 
-    mod_floors = [f for s in hard if s.get("task") == "mod" and (f := _deepest_floor(s)) is not None]
+    # a floor needs no acquisition: levels kept as negative controls count here (shuffled answers do not)
+    floored = [r.summary for r in records if r.summary.get("difficulty") == "hard"
+               and not r.summary.get("shuffled_answers")]
+    mod_floors = [f for s in floored if s.get("task") == "mod" and (f := _deepest_floor(s)) is not None]
     if mod_floors:
         median = statistics.median(mod_floors)
         found.append(Claim("mod collapses to a floor of about 2 (deepest layer, hard runs)", "RankMe ~ 2.0",
@@ -113,10 +116,11 @@ def claims(records: Sequence[RunRecord]) -> list[Claim]:
         found.append(Claim("mod collapses to a floor of about 2", "RankMe ~ 2.0", "—", 0, "not testable"))
 
     by_size: dict[str, list[float]] = {}
-    for s in hard:
+    for s in floored:
         if s.get("task") == "mul" and (floor := _deepest_floor(s)) is not None:
             by_size.setdefault(str(s.get("size")), []).append(floor)
-    sizes = sorted(by_size, key=lambda size: min(s.get("parameters") or 0 for s in hard if str(s.get("size")) == size))
+    sizes = sorted(by_size, key=lambda size: min(s.get("parameters") or 0 for s in floored
+                                                  if str(s.get("size")) == size))
     if len(sizes) >= 2:
         medians = [statistics.median(by_size[size]) for size in sizes]
         rising = all(a < b for a, b in zip(medians, medians[1:], strict=False))

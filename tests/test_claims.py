@@ -31,13 +31,17 @@ def test_claims_on_constructed_runs() -> None:
         run("mod2", task="mod", layers={"norm_f": {"floor": 1.9}}),
         run("easy", difficulty="easy", verdict="simultaneous"),
         run("control", verdict="precursor", negative_control="nothing to learn"),
+        # a level no size learns still has a floor; a shuffled-answer run does not count
+        run("mod3", task="mod", acquisition_step=None, verdict="not-acquired", negative_control="not learned",
+            layers={"norm_f": {"floor": 2.3}}),
+        run("mod4", task="mod", shuffled_answers=True, layers={"norm_f": {"floor": 9.0}}),
     ]
     found = by_claim(claims(records))
     hard = found["RankMe collapse and recovery precede acquisition on hard tasks"]
     # 4 of 5: the interval [0.38, 0.96] leaves out the study's 100%
     assert hard.n == 5 and hard.measured.startswith("4/5 = 0.80") and hard.verdict == "not reproduced"
     assert found["Easy tasks: no precursor"].measured.startswith("1/1") and found["Easy tasks: no precursor"].n == 1
-    assert found["mod collapses to a floor of about 2"].measured.startswith("median 2.00")
+    assert found["mod collapses to a floor of about 2"].measured.startswith("median 2.10 (range 1.90-2.30)")
     assert found["mod collapses to a floor of about 2"].verdict == "reproduced"
     assert found["mul's collapse floor rises with capacity"].verdict == "not testable"
     top_down = found["The collapse runs top-down"]
