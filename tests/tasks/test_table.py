@@ -24,3 +24,9 @@ def test_readme_table_file_is_up_to_date() -> None:
     assert README_TABLE_PATH.read_text() == params_table(), (
         "tasks/README_TABLE.md is stale: regenerate it with `python -m tasks`"
     )
+
+
+def test_readme_shows_the_current_levels_and_budgets() -> None:
+    readme = (README_TABLE_PATH.parents[1] / "README.md").read_text()
+    levels, _questions, budgets, *_ = params_table().split("\n\n")
+    assert levels in readme and budgets in readme, "README.md task tables are stale (see tasks/README_TABLE.md)"
