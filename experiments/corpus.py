@@ -73,9 +73,8 @@ def current(summary: dict) -> bool:
 
 def finished(summary: dict) -> bool:
     """A run that reached its budget, or stopped after acquisition."""
-    steps, budget = summary.get("steps"), summary.get("stop_at_step") or summary.get("max_steps")
-    return summary.get("acquisition_step") is not None or (steps is not None and budget is not None
-                                                            and steps >= budget)
+    steps, end = summary.get("steps"), summary.get("stop_at_step") or summary.get("max_steps")
+    return summary.get("acquisition_step") is not None or (steps is not None and end is not None and steps >= end)
 
 
 def export() -> None:
