@@ -8,8 +8,8 @@ naming), with its output in ``sweep.log`` beside the run's ``version_*`` folders
 sweep reads what the folder holds:
 
 - finished (skipped): the newest ``version_*`` with a ``capgeo_summary.json`` whose ``steps`` reached the
-  run's stop step (its ``max_steps``, or the ``--fraction`` of it), or, with ``--stop-after-acquisition``,
-  whose acquisition step is set;
+  run's stop step (its ``max_steps``, or the ``--fraction`` of it), or, with ``--stop-when-learned``,
+  whose accuracy held 0.9 (``labels.full_step`` is set: train.py stopped it 8 evaluations later);
 - resumable: otherwise, when the newest ``version_*`` (the one ``train.py --resume`` picks) has
   ``checkpoints/last.ckpt``: rerun with ``--resume``, which continues in that folder (also how a finished
   run is extended when ``--fraction`` grows);
@@ -89,17 +89,17 @@ def _version_dirs(run_root: Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def run_state(run_root: Path, stop_at_step: int, stop_after_acquisition: bool = False) -> tuple[State, str]:
+def run_state(run_root: Path, stop_at_step: int, stop_when_learned: bool = False) -> tuple[State, str]:
     """Whether a run folder holds a finished run, a resumable one, or nothing usable.
 
     Finished: the newest version that has a summary reached ``stop_at_step`` steps (or, with
-    ``stop_after_acquisition``, confirmed acquisition). Resumable: the newest version has
+    ``stop_when_learned``, held 0.9). Resumable: the newest version has
     ``checkpoints/last.ckpt`` (train.py's ``--resume`` only looks there). Otherwise fresh.
 
     Args:
         run_root: ``LOGDIR/RUN_NAME``.
         stop_at_step: the step the run must reach.
-        stop_after_acquisition: whether the run stops at acquisition (then acquisition is enough).
+        stop_when_learned: whether the run stops once learned (then holding 0.9 is enough).
 
     Returns:
         The state and a short reason.
@@ -112,8 +112,9 @@ def run_state(run_root: Path, stop_at_step: int, stop_after_acquisition: bool = 
         steps = summary.get("steps")
         if isinstance(steps, int) and steps >= stop_at_step:
             return "finished", f"{version.name}: {steps} steps"
-        if stop_after_acquisition and summary.get("acquisition_step") is not None:
-            return "finished", f"{version.name}: acquired at step {summary['acquisition_step']}"
+        full_step = (summary.get("labels") or {}).get("full_step")
+        if stop_when_learned and full_step is not None:
+            return "finished", f"{version.name}: held 0.9 from step {full_step}"
         break
     if versions and (versions[0] / "checkpoints" / "last.ckpt").is_file():
         return "resume", f"{versions[0].name}/checkpoints/last.ckpt"
@@ -190,7 +191,7 @@ def plan_runs(
                     if fraction is not None:  # in (0, 1], so 1 <= stop <= max_steps, as train.py requires
                         stop = max(1, round(fraction * args.max_steps))
                         argv = (*argv, "--stop-at-step", str(stop))
-                    state, reason = run_state(Path(logdir) / args.name, stop, args.stop_after_acquisition)
+                    state, reason = run_state(Path(logdir) / args.name, stop, args.stop_when_learned)
                     plans.append(RunPlan(task, difficulty, size, seed, args.name, args.max_steps, stop, argv, state,
                                          reason))
     return plans
@@ -273,8 +274,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (default: 1)")
     parser.add_argument("--threads", type=int, default=None,
                         help="OMP_NUM_THREADS per run (default: CPU cores // jobs, at least 1)")
-    parser.add_argument("--stop-after-acquisition", action="store_true",
-                        help="end each run at acquisition (passed to train.py; an acquired run counts as finished)")
+    parser.add_argument("--stop-when-learned", action="store_true",
+                        help="end each run 8 evaluations after val/acc has held 0.9 (passed to train.py; such a run "
+                             "counts as finished)")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and what would be done, run nothing")
     parser.add_argument("--show-output", action="store_true",
                         help="show train.py's output here instead of in RUN/sweep.log (only with --jobs 1)")
@@ -287,8 +289,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--threads must be at least 1, got {args.threads}")
     if args.show_output and args.jobs > 1:
         parser.error("--show-output needs --jobs 1 (the outputs of parallel runs would interleave)")
-    if args.stop_after_acquisition and "--stop-after-acquisition" not in args.extra_args:
-        args.extra_args = [*args.extra_args, "--stop-after-acquisition"]
+    if args.stop_when_learned and "--stop-when-learned" not in args.extra_args:
+        args.extra_args = [*args.extra_args, "--stop-when-learned"]
     try:
         args.plans = plan_runs(args.tasks, args.difficulties, args.sizes, args.seeds, args.logdir,
                                fraction=args.fraction, extra_args=args.extra_args)

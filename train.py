@@ -9,10 +9,14 @@ the precursor verdict at the end.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
+import platform
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +29,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 import tasks
 from capgeo_callbacks import (
+    DetectionSettings,
     EvaluationSchedule,
     GradientRankMonitor,
     HessianMonitor,
@@ -33,11 +38,14 @@ from capgeo_callbacks import (
     PrecursorDetector,
     RankMeMonitor,
 )
+from capgeo_callbacks.detection import detect_hold, split_points
 from capgeo_callbacks.schedule import SCHEDULES
 from capgeo_callbacks.selectors import SELECTORS
 from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, verdict_table, write_summary
 from models import SIZES, CapabilityModule
+from models.lightning_module import LR_SCHEDULES
 from tasks.budgets import budget
+from tasks.chance import chance_level
 
 log = logging.getLogger("capgeo.train")
 
@@ -52,6 +60,7 @@ RANKME_ROWS = 512
 PROBE_ROWS = 2048  # probe rows per layer, at most: answer positions (labels are the answer tokens)
 MIN_VAL_EXAMPLES = 512  # every evaluation split holds at least 512 distinct questions
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
+SETTINGS = DetectionSettings(validation_size=MIN_VAL_EXAMPLES)  # the study's rule; labels on 512 questions
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -65,6 +74,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: per task)")
     parser.add_argument("--batch-size", type=int, default=None, help="batch size (default: per task)")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per task)")
+    parser.add_argument("--warmup-steps", type=int, default=None,
+                        help="linear learning-rate warm-up, in steps (default: the level's, 100, but at most a tenth "
+                             "of --max-steps; a value given here is used as it is)")
+    parser.add_argument("--lr-schedule", default="cosine", choices=LR_SCHEDULES,
+                        help="after the warm-up: 'cosine' decay to a tenth of --lr at --max-steps, or 'constant'")
     parser.add_argument("--seed", type=int, default=0, help="seed for data, initialisation and training")
     parser.add_argument(
         "--measures", default="default",
@@ -83,6 +97,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--extra-selectors", default="",
                         help="also measure RankMe with these comma-separated token selectors, each under "
                              f"rankme_<selector>/ (valid: {', '.join(SELECTORS)})")
+    parser.add_argument("--task-params", default=None, metavar="JSON",
+                        help="override the level's parameters (calibration), e.g. '{\"digits\": 6}'; the summary "
+                             "records the parameters used")
     parser.add_argument("--shuffle-answers", action="store_true",
                         help="a negative control: training answers permuted across each batch, so nothing can be "
                              "learned (validation keeps the true answers)")
@@ -90,11 +107,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="also keep the weights after every evaluation (checkpoints/step=N.ckpt), for offline "
                              "analysis (python -m capgeo_callbacks.offline RUN_DIR)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--stop-after-acquisition", action="store_true",
-                        help="end the run --evals-after-acquisition evaluations after acquisition is confirmed "
-                             "(sweeps and the corpus: the rest of the budget adds nothing to the warning's record)")
-    parser.add_argument("--evals-after-acquisition", type=int, default=8,
-                        help="evaluations to keep after acquisition is confirmed, with --stop-after-acquisition")
+    parser.add_argument("--stop-when-learned", action="store_true",
+                        help="end the run --evals-after-learned evaluations after val/acc has held 0.9 for 3 "
+                             "evaluations (sweeps and the corpus: the rest of the budget adds nothing to the record)")
+    parser.add_argument("--evals-after-learned", type=int, default=8,
+                        help="evaluations to keep after 0.9 has held, with --stop-when-learned")
     parser.add_argument("--stop-at-step", type=int, default=None,
                         help="end the run at this step (default: --max-steps); the schedule and evaluation cadence "
                              "still follow --max-steps, so the run is the start of the full one and --resume with a "
@@ -105,16 +122,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.batch_size = defaults.batch_size if args.batch_size is None else args.batch_size
     args.lr = defaults.lr if args.lr is None else args.lr
     args.size = defaults.size if args.size is None else args.size
-    args.warmup_steps = min(defaults.warmup_steps, max(1, args.max_steps // 10))
+    if args.warmup_steps is None:  # the default, documented in --help; an explicit value is never capped
+        args.warmup_steps = min(defaults.warmup_steps, max(1, args.max_steps // 10))
     args.weight_decay = defaults.weight_decay
     if args.max_steps < 1:
         parser.error(f"--max-steps must be at least 1, got {args.max_steps}")
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
-    if args.evals_after_acquisition < 0:
-        parser.error(f"--evals-after-acquisition must be at least 0, got {args.evals_after_acquisition}")
+    if args.evals_after_learned < 0:
+        parser.error(f"--evals-after-learned must be at least 0, got {args.evals_after_learned}")
+    if not 0 <= args.warmup_steps <= args.max_steps:
+        parser.error(f"--warmup-steps must be between 0 and --max-steps ({args.max_steps}), got {args.warmup_steps}")
     if args.eval_points < 1:
         parser.error(f"--eval-points must be at least 1, got {args.eval_points}")
+    if args.task_params is not None:
+        try:
+            args.task_params = json.loads(args.task_params)
+            tasks.params.resolve_params(args.task, args.difficulty, args.task_params)
+        except ValueError as err:
+            parser.error(f"--task-params: {err}")
     args.stop_at_step = args.max_steps if args.stop_at_step is None else args.stop_at_step
     if not 1 <= args.stop_at_step <= args.max_steps:
         parser.error(f"--stop-at-step must be between 1 and --max-steps ({args.max_steps}), got {args.stop_at_step}")
@@ -175,9 +201,26 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
     callbacks: list[Callback] = [MEASURE_CALLBACKS[name](**options[name]) for name in MEASURES if name in names]
     callbacks += [RankMeMonitor(**{**options["rankme"], "selector": selector, "prefix": f"rankme_{selector}"})
                   for selector in extra_selectors if selector != options["rankme"]["selector"]]
-    if callbacks:
-        callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info))
+    # always: it records every scalar and writes the summary, with or without measures
+    callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info, settings=SETTINGS))
     return callbacks
+
+
+def provenance() -> dict[str, Any]:
+    """Where a run was made: the code's commit (``git``, or ``CAPGEO_COMMIT`` where the checkout has no
+    ``.git``), whether the tree had uncommitted changes, the machine and the library versions."""
+    commit, dirty = os.environ.get("CAPGEO_COMMIT"), None
+    try:
+        root = Path(__file__).resolve().parent
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True, timeout=10).stdout.strip() or commit
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                    capture_output=True, text=True, check=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
+    return {"commit": commit, "uncommitted_changes": dirty, "machine": f"{platform.node()} ({device})",
+            "torch": torch.__version__, "lightning": pl.__version__}
 
 
 def check_logdir(logdir: str) -> Path:
@@ -185,9 +228,10 @@ def check_logdir(logdir: str) -> Path:
     path = Path(logdir)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".capgeo_write_test"
-        probe.write_text("ok")
-        probe.unlink()
+        # a probe file of this process's own (not a fixed name): runs started at once into one folder
+        # must not delete each other's probe
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".capgeo_write_test_"):
+            pass
     except OSError as err:
         raise SystemExit(f"error: --logdir {logdir!r} is not writable: {err}") from err
     return path
@@ -202,22 +246,24 @@ def make_datamodule(args: argparse.Namespace) -> tasks.TaskDataModule:
     """
     return tasks.make_datamodule(args.task, args.difficulty, seed=args.seed, batch_size=args.batch_size,
                                  val_size=MIN_VAL_EXAMPLES, test_size=MIN_VAL_EXAMPLES, eval_batch_size=1024,
-                                 shuffle_answers=args.shuffle_answers)
+                                 shuffle_answers=args.shuffle_answers, params=args.task_params)
 
 
-class StopAfterAcquisition(Callback):
-    """Stop training ``evaluations`` evaluations after the precursor detector has confirmed acquisition."""
+class StopWhenLearned(Callback):
+    """Stop training ``evaluations`` evaluations after accuracy has held the detector's ``full_threshold``
+    (0.9) for ``patience`` evaluations: the record then shows the whole climb and what follows it."""
 
     def __init__(self, evaluations: int = 0) -> None:
         self.evaluations = evaluations
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
-        if detector is None or trainer.sanity_checking or detector.acquired_step is None:
+        if detector is None or trainer.sanity_checking:
             return
-        steps = [int(point[0]) for point in detector.acc]
-        confirmed = steps.index(detector.acquired_step) + detector.settings.patience - 1
-        if len(steps) - 1 - confirmed >= self.evaluations:
+        steps, accs = split_points(detector.acc)
+        settings = detector.settings
+        held = detect_hold(steps, accs, settings.full_threshold, settings.patience)
+        if held is not None and len(steps) - 1 - (steps.index(held) + settings.patience - 1) >= self.evaluations:
             trainer.should_stop = True
 
 
@@ -305,6 +351,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     module = CapabilityModule(
         size=args.size, vocab_size=datamodule.vocab_size, max_seq_len=datamodule.seq_len, lr=args.lr,
         weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, max_steps=args.max_steps,
+        lr_schedule=args.lr_schedule,
     )
     run_root = logdir / args.name
     ckpt_path: str | None = None
@@ -321,17 +368,20 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         "task": args.task, "difficulty": args.difficulty, "size": args.size, "seed": args.seed,
         "parameters": module.model.num_parameters(), "max_steps": args.max_steps, "stop_at_step": args.stop_at_step,
         "eval_schedule": args.eval_schedule, "eval_points": args.eval_points, "warmup_steps": args.warmup_steps,
+        "lr_schedule": args.lr_schedule, "measures": args.measure_names,
         "negative_control": budget(args.task, args.difficulty).negative_control,
         "shuffled_answers": args.shuffle_answers,
-        "batch_size": args.batch_size, "lr": args.lr, "task_params": datamodule.params,
+        "batch_size": args.batch_size, "lr": args.lr, "weight_decay": args.weight_decay,
+        "task_params": datamodule.params, "validation_size": datamodule.val_size,
+        "chance": chance_level(datamodule).to_dict(), **provenance(),
         # what rebuilds the same validation rows offline (python -m capgeo_callbacks.analyze)
         "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,
                        "test_size": datamodule.test_size, "eval_batch_size": datamodule.eval_batch_size},
     }
     measures = build_measure_callbacks(args.measure_names, run_info=run_info, extra_selectors=args.extra_selectors,
                                        answer_len=datamodule.answer_len)
-    if args.stop_after_acquisition:
-        measures.append(StopAfterAcquisition(args.evals_after_acquisition))
+    if args.stop_when_learned:
+        measures.append(StopWhenLearned(args.evals_after_learned))
     trainer = build_trainer(args, [*measures, *callbacks], logger)
     summary_path = Path(logger.log_dir) / SUMMARY_FILENAME
     # a resumed run adds to the time its earlier parts took (their summary is in the same folder)

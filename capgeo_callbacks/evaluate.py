@@ -40,6 +40,7 @@ from capgeo_callbacks.detection import (
 )
 from capgeo_callbacks.detection.events import noise_scale
 from capgeo_callbacks.report import RunRecord, find_runs, layer_names
+from capgeo_callbacks.stats import wilson
 
 __all__ = ["RULES", "Rule", "RunSeries", "candidate_rules", "learning_onset", "score", "wilson"]
 
@@ -260,16 +261,6 @@ def rule_name(settings: DetectionSettings) -> str:
 
 
 # ------------------------------------------------------------------------------------------- scoring
-
-
-def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float] | None:
-    """The Wilson score interval of a proportion (95% by default); None for n = 0."""
-    if n == 0:
-        return None
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)

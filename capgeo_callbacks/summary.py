@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.detection import Alert, DetectionSettings, Points, detect_run
+from capgeo_callbacks.detection import Alert, Chance, DetectionSettings, Points, detect_run
 
 __all__ = [
     "COMPUTED_KEYS",
@@ -36,7 +36,7 @@ __all__ = [
 SUMMARY_FILENAME = "capgeo_summary.json"
 OFFLINE_SUMMARY_FILENAME = "capgeo_offline_summary.json"
 # the keys build_summary computes; every other key of a summary is the run info it was given
-COMPUTED_KEYS = ("steps", "monitor", "rows", "selectors", "settings", "acquisition_step", "verdict", "gap",
+COMPUTED_KEYS = ("steps", "monitor", "rows", "selectors", "settings", "acquisition_step", "labels", "verdict", "gap",
                  "verdict_layer", "layers", "layer_order_rho", "logprob_emergence_step", "acc_at_logprob_emergence",
                  "measures", "alerts", "series")
 
@@ -57,6 +57,7 @@ def build_summary(
     rankme_prefix: str = "rankme/",
     logprob_key: str | None = None,
     logprob: Points | None = None,
+    token_acc_key: str | None = None,
     run_info: Mapping[str, Any] | None = None,
     steps: int | None = None,
     parameters: int | None = None,
@@ -75,19 +76,25 @@ def build_summary(
         rankme_prefix: tag prefix of the RankMe series.
         logprob_key: the log-prob key (``val/logprob``), stored in ``series`` under that name.
         logprob: its ``[[step, value], ...]``.
-        run_info: fields describing the run (task, difficulty, size, seed, ...), stored first.
+        token_acc_key: the per-token accuracy key (``val/token_acc``) in ``series``, for the chance label.
+        run_info: fields describing the run (task, difficulty, size, seed, ...), stored first; where it holds
+            ``warmup_steps`` and ``max_steps`` the labels say whether acquisition was late, and where it holds
+            ``chance`` (a :class:`~capgeo_callbacks.detection.Chance` as a dict) whether the run stayed at chance.
         steps: training steps taken (default: the last evaluation step).
         parameters: parameter count.
         rows: rows each tag was measured on (RankMe is only comparable at equal N).
         selectors: token selector of each measure prefix (``{"rankme": "answer"}``).
     """
     rankme = {tag[len(rankme_prefix):]: points for tag, points in series.items() if tag.startswith(rankme_prefix)}
-    detected = detect_run(acc, rankme, settings, logprob=logprob, measures=series)
+    info = dict(run_info or {})
+    chance = Chance.from_dict(info["chance"]) if info.get("chance") else None
+    detected = detect_run(acc, rankme, settings, logprob=logprob, measures=series,
+                          token_acc=series.get(token_acc_key) if token_acc_key else None,
+                          warmup_steps=info.get("warmup_steps"), max_steps=info.get("max_steps"), chance=chance)
     all_series: dict[str, list[list[float]]] = {"acc": _points(acc)}
     all_series.update({tag: _points(points) for tag, points in series.items()})
     if logprob_key is not None and logprob:
         all_series[logprob_key] = _points(logprob)
-    info = dict(run_info or {})
     return {
         **info,
         "parameters": info.get("parameters", parameters),

@@ -25,6 +25,7 @@ from capgeo_callbacks.batches import answer_cross_entropy
 from models.sizes import build_model
 
 Batch = dict[str, Tensor]
+LR_SCHEDULES = ("cosine", "constant")
 
 
 def answer_scores(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> dict[str, Tensor]:
@@ -62,6 +63,8 @@ class CapabilityModule(pl.LightningModule):
         warmup_steps: linear warm-up length.
         max_steps: total steps, for the cosine decay (to ``min_lr_ratio * lr``).
         min_lr_ratio: final learning rate as a fraction of ``lr``.
+        lr_schedule: after the warm-up, ``cosine`` (decay to ``min_lr_ratio * lr`` at ``max_steps``) or
+            ``constant`` (``lr`` to the end).
         betas: AdamW betas.
         dropout: dropout rate in the blocks.
     """
@@ -78,7 +81,12 @@ class CapabilityModule(pl.LightningModule):
         min_lr_ratio: float = 0.1,
         betas: tuple[float, float] = (0.9, 0.98),
         dropout: float = 0.0,
+        lr_schedule: str = "cosine",
     ) -> None:
+        if lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be at least 0, got {warmup_steps}")
         super().__init__()
         self.save_hyperparameters()
         self.model = build_model(size, vocab_size, max_seq_len, dropout=dropout)
@@ -127,6 +135,8 @@ class CapabilityModule(pl.LightningModule):
         def lr_lambda(step: int) -> float:
             if step < hp.warmup_steps:
                 return (step + 1) / hp.warmup_steps
+            if hp.get("lr_schedule", "cosine") == "constant":
+                return 1.0
             progress = min(1.0, (step - hp.warmup_steps) / max(1, hp.max_steps - hp.warmup_steps))
             return hp.min_lr_ratio + (1 - hp.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 

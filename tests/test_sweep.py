@@ -29,10 +29,10 @@ def make_version(run_root: Path, version: int, summary: dict[str, Any] | None = 
 def test_run_state_reads_the_run_folder(tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert sweep.run_state(run, 40) == ("fresh", "new run")
-    make_version(run, 0, {"steps": 20, "acquisition_step": 10}, ckpt=True)
+    make_version(run, 0, {"steps": 20, "acquisition_step": 10, "labels": {"full_step": 15}}, ckpt=True)
     assert sweep.run_state(run, 40)[0] == "resume"  # budget not reached: continue from last.ckpt
     assert sweep.run_state(run, 20)[0] == "finished"
-    assert sweep.run_state(run, 40, stop_after_acquisition=True)[0] == "finished"
+    assert sweep.run_state(run, 40, stop_when_learned=True)[0] == "finished"
     # a newer attempt killed before its first checkpoint: --resume would find nothing, so start afresh
     make_version(run, 1)
     assert sweep.run_state(run, 40) == ("fresh", "no checkpoint")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
@@ -55,9 +56,16 @@ class PrecursorDetector(Callback):
         figure_every_n_evals: also refresh the story figure every n evaluations (0: only at the end), as long as
             drawing it has cost at most ``figure_budget`` of the time since the last one.
         figure_budget: the largest share of the training time the live figure may take, in (0, 1].
+        record: prefixes of the logged scalars recorded at every evaluation into the summary's series (beside
+            the monitored accuracy), so any rule can be re-scored from the summary alone.
+        token_acc_monitor: per-token accuracy key, for the chance label (``None`` to skip).
 
     Raises:
         ValueError: on a bad argument.
+
+    Recorded at every evaluation (the summary's ``series``): ``acc`` (the monitored accuracy), every scalar
+    under a prefix of ``record``, ``train/loss`` (the mean of the training losses since the previous
+    evaluation, as ``training_step`` returned them) and ``lr`` (the first optimizer's first learning rate).
 
     Logged keys:
         text ``capgeo/alerts`` and ``capgeo/verdict``; image ``capgeo/rankme_heatmap``; hparams metrics
@@ -79,6 +87,8 @@ class PrecursorDetector(Callback):
         run_info: Mapping[str, Any] | None = None,
         figure_every_n_evals: int = 32,
         figure_budget: float = 0.01,
+        record: Sequence[str] = ("val/",),
+        token_acc_monitor: str | None = "val/token_acc",
     ) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"monitor must be a metric key (a non-empty string), got {monitor!r}")
@@ -92,6 +102,10 @@ class PrecursorDetector(Callback):
             raise ValueError(f"on_alert must be callable alert -> None, got {on_alert!r}")
         if run_info is not None and not isinstance(run_info, Mapping):
             raise ValueError(f"run_info must be a mapping of summary fields, got {type(run_info).__name__}")
+        if isinstance(record, str) or not all(isinstance(prefix, str) and prefix for prefix in record):
+            raise ValueError(f"record must be a sequence of non-empty tag prefixes (e.g. ('val/',)), got {record!r}")
+        if token_acc_monitor is not None and (not isinstance(token_acc_monitor, str) or not token_acc_monitor):
+            raise ValueError(f"token_acc_monitor must be a metric key or None, got {token_acc_monitor!r}")
         check_positive_int("figure_every_n_evals", figure_every_n_evals, 0)
         if isinstance(figure_budget, bool) or not isinstance(figure_budget, (int, float)) or not 0 < figure_budget <= 1:
             raise ValueError(f"figure_budget must be a share of the training time in (0, 1], got {figure_budget!r}")
@@ -105,8 +119,13 @@ class PrecursorDetector(Callback):
         self.figure_budget = float(figure_budget)
         self._figure_cost = 0.0  # seconds the last live figure took
         self._figure_time = time.perf_counter()  # when it was drawn
+        self.record = tuple(record)
+        self.token_acc_monitor = token_acc_monitor
         self.acc: list[list[float]] = []  # [[step, accuracy], ...]: the run's evaluation steps
-        self.logprob: list[list[float]] = []
+        self.scalars: dict[str, list[list[float]]] = {}  # every other recorded scalar, by tag
+        self._loss_sum: float = 0.0  # training losses since the previous evaluation
+        self._loss_count = 0
+        self._loss_pending: list[Any] = []  # this interval's losses, still tensors (no device sync per step)
         self.alerts: list[Alert] = []
         self.summary: dict[str, Any] = {}
         self._layout_written = False
@@ -121,6 +140,11 @@ class PrecursorDetector(Callback):
         """The acquisition step, once confirmed; None before."""
         steps, accs = split_points(self.acc)
         return detect_acquisition(steps, accs, self.settings.threshold, self.settings.patience)
+
+    @property
+    def logprob(self) -> list[list[float]]:
+        """The recorded log-prob series (``logprob_monitor``), ``[]`` if none."""
+        return self.scalars.get(self.logprob_monitor, []) if self.logprob_monitor else []
 
     def warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -159,6 +183,37 @@ class PrecursorDetector(Callback):
 
     @override
     @never_fails
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            self._loss_pending.append(loss.detach())
+            if len(self._loss_pending) >= 64:  # bounded memory; one sync per 64 steps at most
+                self._flush_losses()
+
+    def _flush_losses(self) -> None:
+        if self._loss_pending:
+            values = torch.stack([value.float().reshape(()) for value in self._loss_pending])
+            finite = values[torch.isfinite(values)]
+            self._loss_sum += float(finite.sum())
+            self._loss_count += int(finite.numel())
+            self._loss_pending = []
+
+    def _record_scalars(self, trainer: pl.Trainer, step: int) -> None:
+        """Every scalar under ``record`` (not the monitor), the mean training loss since the last evaluation and
+        the learning rate, at this evaluation."""
+        for tag, value in trainer.callback_metrics.items():
+            if tag != self.monitor and tag.startswith(self.record):
+                append_point(self.scalars.setdefault(tag, []), step, float(value))
+        self._flush_losses()
+        if self._loss_count:
+            append_point(self.scalars.setdefault("train/loss", []), step, self._loss_sum / self._loss_count)
+        self._loss_sum, self._loss_count = 0.0, 0
+        if trainer.optimizers and trainer.optimizers[0].param_groups:
+            append_point(self.scalars.setdefault("lr", []), step, float(trainer.optimizers[0].param_groups[0]["lr"]))
+
+    @override
+    @never_fails
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
@@ -169,8 +224,7 @@ class PrecursorDetector(Callback):
             return
         step = trainer.global_step
         append_point(self.acc, step, float(metrics[self.monitor]))
-        if self.logprob_monitor and self.logprob_monitor in metrics:
-            append_point(self.logprob, step, float(metrics[self.logprob_monitor]))
+        self._record_scalars(trainer, step)
         steps, accs = split_points(self.acc)
         rankme = {name: align(points, steps) for name, points in self.rankme_series(trainer).items()}
         for alert in scan_alerts(steps, accs, rankme, self.settings, self.alerts):
@@ -218,10 +272,12 @@ class PrecursorDetector(Callback):
     def build_summary(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         """The run summary (also stored as ``self.summary``)."""
         callbacks = [cb for cb in trainer.callbacks if isinstance(cb, MeasureCallback)]
+        scalars = {tag: points for tag, points in self.scalars.items() if tag != self.logprob_monitor}
         self.summary = build_summary(
-            acc=self.acc, series=self.measured_series(trainer), settings=self.settings, alerts=self.alerts,
-            monitor=self.monitor, rankme_prefix=self.rankme_prefix, logprob_key=self.logprob_monitor,
-            logprob=self.logprob, run_info=self.run_info, steps=trainer.global_step,
+            acc=self.acc, series={**self.measured_series(trainer), **scalars}, settings=self.settings,
+            alerts=self.alerts, monitor=self.monitor, rankme_prefix=self.rankme_prefix,
+            logprob_key=self.logprob_monitor, logprob=self.logprob, token_acc_key=self.token_acc_monitor,
+            run_info=self.run_info, steps=trainer.global_step,
             parameters=sum(p.numel() for p in pl_module.parameters()),
             rows={tag: n for cb in callbacks for tag, n in cb.rows.items()},
             selectors={cb.prefix: cb.selector_name for cb in callbacks if cb.selector_name},
@@ -250,7 +306,10 @@ class PrecursorDetector(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"acc": [list(p) for p in self.acc], "logprob": [list(p) for p in self.logprob],
+        self._flush_losses()
+        return {"acc": [list(p) for p in self.acc],
+                "scalars": {tag: [list(p) for p in points] for tag, points in self.scalars.items()},
+                "loss_since_evaluation": [self._loss_sum, self._loss_count],
                 "alerts": [asdict(alert) for alert in self.alerts], "layout_written": self._layout_written}
 
     @override
@@ -259,10 +318,15 @@ class PrecursorDetector(Callback):
             tracker = state_dict["tracker"]
             self.acc = [[s, a] for s, a in zip(tracker.get("steps", []), tracker.get("acc", []), strict=True)
                         if a is not None]
-            self.logprob = [list(p) for p in state_dict.get("logprob_series", [])]
+            logprob = [list(p) for p in state_dict.get("logprob_series", [])]
         else:
             self.acc = [list(p) for p in state_dict.get("acc", [])]
-            self.logprob = [list(p) for p in state_dict.get("logprob", [])]
+            logprob = [list(p) for p in state_dict.get("logprob", [])]
+        self.scalars = {tag: [list(p) for p in points] for tag, points in state_dict.get("scalars", {}).items()}
+        if logprob and self.logprob_monitor and self.logprob_monitor not in self.scalars:  # capgeo 0.1 to 0.2
+            self.scalars[self.logprob_monitor] = logprob
+        self._loss_sum, self._loss_count = state_dict.get("loss_since_evaluation", [0.0, 0])
+        self._loss_pending = []
         known = {item.name for item in fields(Alert)}
         saved = state_dict.get("alerts", [])
         self.alerts = [Alert(**{k: tuple(v) if k == "layers" else v for k, v in alert.items() if k in known})

@@ -20,6 +20,7 @@ from capgeo_callbacks.detection.events import (
     precursor_verdict,
     run_verdict,
 )
+from capgeo_callbacks.detection.labels import HOLD_LEVELS, Chance, RunLabels, at_chance, detect_hold, label_run
 from capgeo_callbacks.detection.order import layer_order, spearman
 from capgeo_callbacks.detection.run import detect_run
 from capgeo_callbacks.detection.series import Points, align, split_points
@@ -35,6 +36,12 @@ from capgeo_callbacks.detection.transitions import Transition, measure_transitio
 
 __all__ = [
     "DEFAULT_SETTINGS",
+    "HOLD_LEVELS",
+    "Chance",
+    "RunLabels",
+    "at_chance",
+    "detect_hold",
+    "label_run",
     "MEASURE_TRANSITIONS",
     "TRANSITION_KINDS",
     "Alert",

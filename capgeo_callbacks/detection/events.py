@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 
+from capgeo_callbacks.detection.labels import detect_hold
 from capgeo_callbacks.detection.series import as_floats, check_steps, moving_average
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings, check_setting
 
@@ -117,14 +118,7 @@ def detect_acquisition(
     """
     check_setting("threshold", threshold)
     check_setting("patience", patience)
-    step_list = check_steps(steps)
-    values = as_floats("acc", acc, len(step_list))
-    run = 0
-    for i, value in enumerate(values):
-        run = run + 1 if value >= threshold else 0
-        if run == patience:
-            return step_list[i - patience + 1]
-    return None
+    return detect_hold(steps, acc, threshold, patience)
 
 
 def detect_logprob_emergence(

@@ -14,6 +14,7 @@ from capgeo_callbacks.detection.events import (
     layer_verdict,
     run_verdict,
 )
+from capgeo_callbacks.detection.labels import Chance, label_run
 from capgeo_callbacks.detection.order import layer_order
 from capgeo_callbacks.detection.series import Points, align, aligned_layers, split_points
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings, transition_kind
@@ -27,6 +28,10 @@ def detect_run(
     *,
     logprob: Points | None = None,
     measures: Mapping[str, Points] | None = None,
+    token_acc: Points | None = None,
+    warmup_steps: int | None = None,
+    max_steps: int | None = None,
+    chance: Chance | None = None,
 ) -> dict[str, Any]:
     """Detection results of one run, as a JSON-able dict.
 
@@ -37,6 +42,9 @@ def detect_run(
         logprob: ``[[step, mean answer log-prob], ...]`` for log-prob emergence (optional).
         measures: every measured series by tag (``rankme/<layer>``, ``probe_acc/<layer>``, ``llc``, ...);
             those with a kind in ``settings.measure_transitions`` get a transition.
+        token_acc: ``[[step, per-token accuracy], ...]`` (optional; for the chance label).
+        warmup_steps, max_steps: the learning-rate warm-up and the budget (optional; for the late label).
+        chance: what an input-independent answer scores (optional; for the chance label).
 
     Returns:
         ``settings``; ``acquisition_step``; ``verdict``, ``gap``, ``verdict_layer`` (the run's verdict);
@@ -82,9 +90,13 @@ def detect_run(
         transition = measure_transition(tag_steps, values, acquisition, kind, settings, reference_steps=steps)
         transitions[tag] = {"kind": transition.kind, "transition_step": transition.step,
                             "precedes_acquisition": transition.precedes_acquisition}
+    labels = label_run(steps, accs, settings, warmup_steps=warmup_steps, max_steps=max_steps, chance=chance,
+                       token_acc=align(token_acc, steps) if token_acc else (),
+                       logprob=align(logprob, steps) if logprob else ())
     return {
         "settings": settings.to_dict(),
         "acquisition_step": acquisition,
+        "labels": labels.to_dict(),
         "verdict": run.verdict,
         "gap": run.gap,
         "verdict_layer": run.layer,

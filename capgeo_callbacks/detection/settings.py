@@ -48,6 +48,11 @@ class DetectionSettings:
     Args:
         threshold: accuracy at or above which an evaluation counts towards acquisition, in (0, 1].
         patience: consecutive evaluations at or above ``threshold`` that confirm acquisition, >= 1.
+        full_threshold: accuracy the run must also hold for ``patience`` evaluations to be acquired fully,
+            in [threshold, 1].
+        validation_size: questions in the validation set; after acquisition, ``patience`` consecutive
+            evaluations averaging below ``threshold`` minus the Wilson half-width at this size are a fall-back,
+            and a run that falls back is not acquired fully, >= 1.
         window: evaluations either side of acquisition within which a collapse is "simultaneous", >= 0.
         min_drop: least peak-to-trough drop of RankMe, as a fraction of the peak, in (0, 1).
         recovery_fraction: rise from the trough, as a fraction of the drop, that confirms recovery, in (0, 1].
@@ -78,6 +83,8 @@ class DetectionSettings:
 
     threshold: float = 0.5
     patience: int = 3
+    full_threshold: float = 0.9
+    validation_size: int = 512
     window: int = 3
     min_drop: float = 0.25
     recovery_fraction: float = 0.10
@@ -96,9 +103,13 @@ class DetectionSettings:
             check_setting(item.name, getattr(self, item.name))
         # read-only, so a validated setting cannot be changed afterwards
         object.__setattr__(self, "measure_transitions", MappingProxyType(dict(self.measure_transitions)))
-        for name in ("threshold", "min_drop", "recovery_fraction", "logprob_threshold", "noise_units", "min_recovery"):
+        if self.full_threshold < self.threshold:
+            raise ValueError(f"full_threshold ({self.full_threshold}) must be at least threshold ({self.threshold})")
+        for name in ("threshold", "full_threshold", "min_drop", "recovery_fraction", "logprob_threshold",
+                     "noise_units", "min_recovery"):
             object.__setattr__(self, name, float(getattr(self, name)))
-        for name in ("patience", "window", "recovery_evals", "smoothing", "guard_steps", "layers_required"):
+        for name in ("patience", "validation_size", "window", "recovery_evals", "smoothing", "guard_steps",
+                     "layers_required"):
             object.__setattr__(self, name, int(getattr(self, name)))
 
     def __hash__(self) -> int:
@@ -125,10 +136,10 @@ class DetectionSettings:
 
 def check_setting(name: str, value: Any) -> None:
     """Raise a ValueError naming ``name`` and its valid range if ``value`` is not a valid setting."""
-    if name == "threshold":
+    if name in ("threshold", "full_threshold"):
         if not _is_real(value) or not 0 < value <= 1:
-            raise ValueError(f"threshold must be an accuracy in (0, 1], got {value!r}")
-    elif name in ("patience", "recovery_evals", "layers_required"):
+            raise ValueError(f"{name} must be an accuracy in (0, 1], got {value!r}")
+    elif name in ("patience", "validation_size", "recovery_evals", "layers_required"):
         check_int(name, value, 1)
     elif name in ("window", "guard_steps"):
         check_int(name, value, 0)

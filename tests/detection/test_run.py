@@ -18,7 +18,7 @@ from tests.detection.conftest import (
 )
 
 KEYS = {"settings", "acquisition_step", "verdict", "gap", "verdict_layer", "layers", "layer_order_rho",
-        "logprob_emergence_step", "acc_at_logprob_emergence", "measures"}
+        "logprob_emergence_step", "acc_at_logprob_emergence", "measures", "labels"}
 LAYER_KEYS = {"collapse_step", "collapse_floor", "peak", "peak_step", "drop_fraction", "recovery_step", "floor",
               "min_rankme", "verdict", "gap"}
 
