@@ -26,6 +26,9 @@ from study.runner import ROOT, Job, run_jobs, summary_of
 
 PLANS = {
     "calibration": lambda: calibration.variant_jobs(),
+    "calibration2": lambda: calibration.variant_jobs(calibration.ROUND_2),
+    "controls-calibrated": lambda: [job for job in corpus.phase_jobs("controls")
+                                    if job.tags["task"] in ("copy", "mul")],
     "ablation": lambda: ablation.ablation_jobs(),
     "levels": lambda: corpus.phase_jobs("levels"),
     "hard": lambda: corpus.phase_jobs("hard"),
@@ -53,7 +56,8 @@ def smoke(accelerator: str, out: Path) -> bool:
 
 def pack(jobs: Sequence[Job], states: dict[str, str], out: Path) -> None:
     runs = ROOT / "runs"
-    with tarfile.open(out / "summaries.tar", "w") as archive:
+    partial = out / ".summaries.tar.partial"  # renamed when whole: a call cut short still returns a whole file
+    with tarfile.open(partial, "w") as archive:
         for job in jobs:
             summary = summary_of(job)
             if summary is None:
@@ -62,6 +66,7 @@ def pack(jobs: Sequence[Job], states: dict[str, str], out: Path) -> None:
             info = tarfile.TarInfo(str(job.logdir.relative_to(runs) / f"{job.name}.json.gz"))
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
+    partial.replace(out / "summaries.tar")
     (out / "states.json").write_text(json.dumps(states, indent=1))
     failed = [job for job in jobs if states.get(job.name, "").startswith("failed")]
     tails = [f"== {job.name}\n" + (job.root / "run.log").read_text()[-3000:] for job in failed[:10]]
@@ -74,15 +79,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--seconds", type=float, required=True, help="deadline, from now")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--accelerator", choices=("smoke", "gpu", "cpu"), default="smoke",
+                        help="'smoke': try a short GPU run first and fall back to the CPU if it fails")
     args = parser.parse_args(argv)
     deadline = time.time() + args.seconds
     args.out.mkdir(parents=True, exist_ok=True)
-    accelerator = "gpu" if smoke("gpu", args.out) else "cpu"
+    accelerator = args.accelerator
+    if accelerator == "smoke":
+        accelerator = "gpu" if smoke("gpu", args.out) else "cpu"
     jobs = [Job(job.name, (*job.argv, "--accelerator", accelerator, "--devices", "1"), job.logdir, job.tags)
             for plan in args.plan for job in PLANS[plan]()]
     print(f"{len(jobs)} jobs on {accelerator}, {args.workers} at a time, {deadline - time.time():.0f} s left",
           flush=True)
-    states = run_jobs(jobs, workers=args.workers, deadline=deadline - 15)
+    states = run_jobs(jobs, workers=args.workers, deadline=deadline - 15,
+                      on_finished=lambda done: pack(jobs, done, args.out))  # what comes back if the call is cut
     pack(jobs, states, args.out)
     counts: dict[str, int] = {}
     for state in states.values():

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,8 @@ def _command(job: Job, python: str) -> list[str]:
 
 
 def run_jobs(jobs: Sequence[Job], workers: int, threads: int = 1, deadline: float | None = None,
-             env: dict[str, str] | None = None, python: str = sys.executable) -> dict[str, str]:
+             env: dict[str, str] | None = None, python: str = sys.executable,
+             on_finished: Callable[[dict[str, str]], Any] | None = None) -> dict[str, str]:
     """Run the unfinished ``jobs``, ``workers`` at a time, in the given order (module docstring).
 
     Args:
@@ -81,6 +82,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, threads: int = 1, deadline: floa
         deadline: ``time.time()`` after which no job starts and running ones are killed (None: none).
         env: extra environment for every run.
         python: the interpreter.
+        on_finished: called with the states so far each time a job ends.
 
     Returns:
         Each job's state by name: ``done``, ``skipped`` (already finished), ``failed (exit N)`` or ``killed``.
@@ -111,6 +113,8 @@ def run_jobs(jobs: Sequence[Job], workers: int, threads: int = 1, deadline: floa
                 states[name] = "done" if code == 0 else f"failed (exit {code})"
                 print(f"[{time.time() - started_all:6.0f} s] {name}: {states[name]} in {time.time() - started:.0f} s "
                       f"({len(states) - sum(s == 'skipped' for s in states.values())}/{total})", flush=True)
+                if on_finished is not None:
+                    on_finished(dict(states))
             past = deadline is not None and time.time() >= deadline
             while queue and len(running) < workers and not past:
                 job = queue.pop(0)
