@@ -7,8 +7,9 @@
 
 Phases (the emergence issue's corpus; seeds 100 and up are the held-out test's and are refused here):
 
-- ``hard``: every task's hard level on xs, seeds 0-2; seed 0 with every measure (gradient ranks, Hessian, LLC),
-  the others with the default ones (RankMe, probes); each recorded until 8 evaluations after 0.9 has held.
+- ``hard``: every task's hard level on xs, seeds 0-2, with the default measures (RankMe, probes); each recorded
+  until 8 evaluations after 0.9 has held (the calibration runs at the level's final setting are these runs).
+- ``measures``: the hard level, seed 0, with every measure (gradient ranks, Hessian, LLC besides RankMe and probes).
 - ``levels``: easy and medium on xs, seeds 0-1, likewise.
 - ``controls``: the hard level with shuffled answers (nothing to learn) for the learnable tasks, seeds 0-1,
   to the end of the budget.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from typing import Any
 import tasks
 from capgeo_callbacks.summary import json_safe, read_summary
 from study.runner import ROOT, Job, run_jobs, summary_of
+from tasks.budgets import budget
 
 RUNS = ROOT / "runs" / "corpus"
 CORPUS = ROOT / "corpus"
@@ -52,8 +55,9 @@ def _job(phase: str, task: str, difficulty: str, seed: int, size: str = "xs", me
 def phase_jobs(phase: str) -> list[Job]:
     """The jobs of one phase, seed-major (every task's seed 0 first), so a partial phase covers every task."""
     if phase == "hard":
-        return [_job(phase, task, "hard", seed, measures="all" if seed == 0 else "default", extra=LEARNED)
-                for seed in (0, 1, 2) for task in tasks.TASKS]
+        return [_job(phase, task, "hard", seed, extra=LEARNED) for seed in (0, 1, 2) for task in tasks.TASKS]
+    if phase == "measures":
+        return [_job(phase, task, "hard", 0, measures="all", extra=LEARNED) for task in tasks.TASKS]
     if phase == "levels":
         return [_job(phase, task, difficulty, seed, extra=LEARNED)
                 for seed in (0, 1) for difficulty in ("easy", "medium") for task in tasks.TASKS]
@@ -65,7 +69,45 @@ def phase_jobs(phase: str) -> list[Job]:
     raise ValueError(f"unknown phase {phase!r}; valid: {', '.join(PHASES)}")
 
 
-PHASES = ("hard", "levels", "controls", "s")
+PHASES = ("hard", "measures", "levels", "controls", "s")
+
+
+def exported(job: Job, corpus: Path = CORPUS) -> bool:
+    """Whether the job's summary is already in the committed corpus (then it is not run again)."""
+    return (corpus / job.tags["phase"] / f"{job.name}.json.gz").exists()
+
+
+def at_final_level(summary: dict[str, Any]) -> bool:
+    """Whether a run was made at its level's present parameters and budget (a calibration run at the chosen
+    setting is a corpus run; one at another setting is not)."""
+    task, difficulty = summary.get("task"), summary.get("difficulty")
+    if task not in tasks.TASKS or difficulty not in tasks.DIFFICULTIES or summary.get("size") != "xs":
+        return False
+    level = budget(task, difficulty)
+    return (summary.get("task_params") == tasks.TASK_PARAMS[task][difficulty]
+            and summary.get("max_steps") == level.max_steps and summary.get("lr") == level.lr
+            and summary.get("batch_size") == level.batch_size and not summary.get("shuffled_answers"))
+
+
+def import_packed(folder: Path, corpus: Path = CORPUS) -> dict[str, int]:
+    """File the summaries a device batch brought back (``<phase>/<...>/<run>.json.gz`` under ``folder``): every
+    calibration run under ``corpus/calibration/<variant>/``, and those at their level's final setting also as
+    the ``hard`` phase's runs; corpus phases to their own folders."""
+    counts: dict[str, int] = {}
+    for path in sorted(folder.rglob("*.json.gz")):
+        summary = read_summary(path)
+        phase = path.relative_to(folder).parts[0]
+        targets = []
+        if phase == "calibration":
+            targets.append(corpus / "calibration" / path.parent.name / path.name)
+            if at_final_level(summary) and summary.get("difficulty") == "hard":
+                targets.append(corpus / "hard" / f"{summary['task']}-hard-xs-s{summary['seed']}.json.gz")
+        elif phase == "corpus":
+            targets.append(corpus / path.relative_to(folder / "corpus"))
+        for target in targets:
+            write_packed(summary, target)
+            counts[target.parent.name] = counts.get(target.parent.name, 0) + 1
+    return counts
 
 
 def export(runs: Path = RUNS, corpus: Path = CORPUS) -> int:
@@ -101,12 +143,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     run = commands.add_parser("run", help="run (or resume) phases")
     run.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
     run.add_argument("--workers", type=int, default=2)
+    run.add_argument("--nice", type=int, default=5, help="run at this niceness (the machine stays usable)")
     commands.add_parser("export", help="gzip finished summaries into corpus/")
+    imports = commands.add_parser("import", help="file the summaries a device batch brought back")
+    imports.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.command == "run":
+        os.nice(args.nice)
         for phase in args.phases:
-            print(f"== phase {phase}", flush=True)
-            run_jobs(phase_jobs(phase), workers=args.workers)
+            jobs = [job for job in phase_jobs(phase) if not exported(job)]
+            print(f"== phase {phase}: {len(jobs)} runs not in the corpus yet", flush=True)
+            run_jobs(jobs, workers=args.workers)
+            print(f"{export()} runs exported to {CORPUS}", flush=True)  # committed as each phase finishes
+    elif args.command == "import":
+        print(import_packed(args.folder))
     elif args.command == "export":
         print(f"{export()} runs exported to {CORPUS}")
 
