@@ -41,3 +41,24 @@ def ablation_jobs() -> list[Job]:
                 "--measures", "rankme", "--stop-when-learned", *flags)
         jobs.append(Job(f"{FULL_TASK}-s0-full", argv, LOGDIR / schedule, {"schedule": schedule, "full": True}))
     return jobs
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import os
+
+    from study.runner import run_jobs
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the ablation (resumable)")
+    run.add_argument("--workers", type=int, default=2)
+    run.add_argument("--nice", type=int, default=5)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        os.nice(args.nice)
+        run_jobs(ablation_jobs(), workers=args.workers)
+
+
+if __name__ == "__main__":
+    main()
