@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         "task": args.task, "difficulty": args.difficulty, "size": args.size, "seed": args.seed,
         "parameters": module.model.num_parameters(), "max_steps": args.max_steps, "stop_at_step": args.stop_at_step,
         "eval_schedule": args.eval_schedule, "eval_points": args.eval_points, "warmup_steps": args.warmup_steps,
-        "lr_schedule": args.lr_schedule, "measures": args.measure_names,
+        "lr_schedule": args.lr_schedule, "measure_names": args.measure_names,
         "negative_control": budget(args.task, args.difficulty).negative_control,
         "shuffled_answers": args.shuffle_answers,
         "batch_size": args.batch_size, "lr": args.lr, "weight_decay": args.weight_decay,

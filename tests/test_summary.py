@@ -32,8 +32,8 @@ RANKME_0 = [10, 10, 10, 10, 10, 8, 5, 3, 3, 3, 5, 7, 9, 10, 10, 10, 10, 10, 10, 
 RANKME_1 = [12.0] * 20
 LOGPROB = [[0, -3.0], [400, -1.5], [700, -0.6], [900, -0.2]]  # reaches log(0.5) at 700
 RUN_INFO = {"task": "add", "difficulty": "easy", "seed": 3}
-DETECTION_KEYS = ["settings", "acquisition_step", "verdict", "gap", "verdict_layer", "layers", "layer_order_rho",
-                  "logprob_emergence_step", "acc_at_logprob_emergence", "measures"]
+DETECTION_KEYS = ["settings", "acquisition_step", "labels", "verdict", "gap", "verdict_layer", "layers",
+                  "layer_order_rho", "logprob_emergence_step", "acc_at_logprob_emergence", "measures"]
 SCHEMA = [*RUN_INFO, "parameters", "steps", "monitor", "rows", "selectors", *DETECTION_KEYS, "alerts", "series"]
 
 

@@ -95,3 +95,65 @@ def test_tiny_run_leaves_what_the_spec_lists(tmp_path, capsys) -> None:
     assert saved["selectors"]["rankme"] == "first_answer"
     # the geometric schedule over 48 steps: the initialised model, two early points, three evenly after
     assert [p[0] for p in saved["series"]["rankme/norm_f"]] == evaluation_steps(48, 6) == [0, 1, 5, 19, 34, 48]
+
+
+def _probe_many(logdir: str) -> int:
+    for _ in range(200):
+        train.check_logdir(logdir)
+    return 0
+
+
+def test_runs_started_at_once_into_one_folder_do_not_race(tmp_path) -> None:
+    """Each process writes a probe file of its own: with a fixed name, one deleted another's and died."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
+        assert pool.map(_probe_many, [str(tmp_path)] * 6) == [0] * 6
+    assert list(tmp_path.iterdir()) == []  # no probe left behind
+
+
+def test_warmup_and_schedule_flags() -> None:
+    args = train.parse_args(["--task", "sort", "--max-steps", "500"])
+    assert (args.warmup_steps, args.lr_schedule) == (50, "cosine")  # the default: at most a tenth of the budget
+    args = train.parse_args(["--task", "sort", "--max-steps", "500", "--warmup-steps", "300"])
+    assert args.warmup_steps == 300  # an explicit warm-up is used as given
+    with pytest.raises(SystemExit):
+        train.parse_args(["--task", "sort", "--max-steps", "500", "--warmup-steps", "501"])
+    with pytest.raises(SystemExit):
+        train.parse_args(["--task", "sort", "--lr-schedule", "linear"])
+    with pytest.raises(SystemExit):
+        train.parse_args(["--task", "add", "--task-params", '{"digit": 3}'])
+
+
+@pytest.mark.parametrize(("schedule", "warmup", "expected"), [
+    ("constant", 0, [1.0, 1.0, 1.0, 1.0]), ("constant", 2, [0.5, 1.0, 1.0, 1.0]),
+    ("cosine", 0, [1.0, 0.775, 0.325, 0.1]),
+])
+def test_learning_rate_schedules(schedule: str, warmup: int, expected: list[float]) -> None:
+    from models import CapabilityModule
+
+    module = CapabilityModule(size="xs", vocab_size=8, max_seq_len=4, lr=1.0, warmup_steps=warmup, max_steps=3,
+                              lr_schedule=schedule)
+    config = module.configure_optimizers()
+    optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    rates = []
+    for _ in range(4):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx(expected)
+    with pytest.raises(ValueError, match="unknown lr_schedule 'linear'; valid: cosine, constant"):
+        CapabilityModule(size="xs", vocab_size=8, max_seq_len=4, lr_schedule="linear")
+
+
+def test_a_run_without_measures_still_records_everything(tmp_path) -> None:
+    summary = train.main(["--task", "copy", "--difficulty", "easy", "--max-steps", "30", "--eval-points", "5",
+                          "--measures", "none", "--logdir", str(tmp_path), "--no-progress", "--warmup-steps", "0",
+                          "--lr-schedule", "constant"])
+    saved = json.loads((Path(summary["run_dir"]) / "capgeo_summary.json").read_text())
+    assert set(saved["series"]) == {"acc", "val/token_acc", "val/loss", "val/logprob", "train/loss", "lr"}
+    assert [point[1] for point in saved["series"]["lr"]] == [1e-3] * 5  # constant, no warm-up
+    assert (saved["warmup_steps"], saved["lr_schedule"], saved["measure_names"]) == (0, "constant", [])
+    assert set(saved["chance"]) == {"exact", "token_acc", "logprob", "logprob_sd", "questions", "tokens"}
+    assert saved["labels"]["outcome"] in {"chance", "partial", "acquired", "acquired-fully", "fell-back"}
+    assert len(saved["commit"]) == 40 and saved["cpu_seconds"] > 0 and saved["validation_size"] == 512

@@ -193,7 +193,8 @@ class PrecursorDetector(Callback):
 
     def _flush_losses(self) -> None:
         if self._loss_pending:
-            values = torch.stack([value.float().reshape(()) for value in self._loss_pending])
+            # float64: the sum of float32 losses is then exact, so a run resumed mid-interval adds up the same
+            values = torch.stack([value.double().reshape(()) for value in self._loss_pending])
             finite = values[torch.isfinite(values)]
             self._loss_sum += float(finite.sum())
             self._loss_count += int(finite.numel())

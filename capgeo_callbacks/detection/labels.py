@@ -148,9 +148,10 @@ def label_run(
     """Label one run from its accuracy at every evaluation (module docstring)."""
     patience = settings.patience
     acquisition = detect_hold(steps, acc, settings.threshold, patience)
-    levels = sorted({*HOLD_LEVELS, settings.threshold, settings.full_threshold})
+    full_threshold = max(settings.threshold, settings.full_threshold)
+    levels = sorted({*HOLD_LEVELS, settings.threshold, full_threshold})
     holds = {f"{level:g}": detect_hold(steps, acc, level, patience) for level in levels}
-    full = holds[f"{settings.full_threshold:g}"]
+    full = holds[f"{full_threshold:g}"]
     floor = settings.threshold - wilson_half_width(settings.threshold, settings.validation_size)
     fallback = None if acquisition is None else fell_back(steps, acc, acquisition, floor, patience)
     fully = acquisition is not None and full is not None and fallback is None

@@ -49,7 +49,7 @@ class DetectionSettings:
         threshold: accuracy at or above which an evaluation counts towards acquisition, in (0, 1].
         patience: consecutive evaluations at or above ``threshold`` that confirm acquisition, >= 1.
         full_threshold: accuracy the run must also hold for ``patience`` evaluations to be acquired fully,
-            in [threshold, 1].
+            in (0, 1] (below ``threshold``, ``threshold`` is used).
         validation_size: questions in the validation set; after acquisition, ``patience`` consecutive
             evaluations averaging below ``threshold`` minus the Wilson half-width at this size are a fall-back,
             and a run that falls back is not acquired fully, >= 1.
@@ -103,8 +103,6 @@ class DetectionSettings:
             check_setting(item.name, getattr(self, item.name))
         # read-only, so a validated setting cannot be changed afterwards
         object.__setattr__(self, "measure_transitions", MappingProxyType(dict(self.measure_transitions)))
-        if self.full_threshold < self.threshold:
-            raise ValueError(f"full_threshold ({self.full_threshold}) must be at least threshold ({self.threshold})")
         for name in ("threshold", "full_threshold", "min_drop", "recovery_fraction", "logprob_threshold",
                      "noise_units", "min_recovery"):
             object.__setattr__(self, name, float(getattr(self, name)))

@@ -22,6 +22,8 @@ from capgeo_callbacks.detection import (
 RANGES = {
     "threshold": r"threshold must be an accuracy in \(0, 1\]",
     "patience": r"patience must be an integer >= 1",
+    "full_threshold": r"full_threshold must be an accuracy in \(0, 1\]",
+    "validation_size": r"validation_size must be an integer >= 1",
     "window": r"window must be an integer >= 0",
     "min_drop": r"min_drop must be in \(0, 1\)",
     "recovery_fraction": r"recovery_fraction must be in \(0, 1\]",
@@ -40,6 +42,8 @@ BAD_VALUES = [
     ("threshold", 0), ("threshold", 1.5), ("threshold", math.nan), ("threshold", True), ("threshold", "0.5"),
     ("threshold", -0.1), ("threshold", None),
     ("patience", 0), ("patience", 1.5), ("patience", True), ("patience", 3.0), ("patience", "3"),
+    ("full_threshold", 0), ("full_threshold", 1.01), ("full_threshold", math.nan), ("full_threshold", "0.9"),
+    ("validation_size", 0), ("validation_size", 512.0), ("validation_size", True),
     ("window", -1), ("window", 1.5), ("window", False),
     ("min_drop", 0), ("min_drop", 1), ("min_drop", -0.1), ("min_drop", math.nan), ("min_drop", True),
     ("recovery_fraction", 0), ("recovery_fraction", 1.1), ("recovery_fraction", math.nan),
@@ -118,7 +122,8 @@ def test_to_dict_from_dict_round_trip() -> None:
     assert values == {"threshold": 0.8, "patience": 2, "window": 5, "min_drop": 0.4, "recovery_fraction": 0.3,
                       "recovery_evals": 4, "smoothing": 5, "logprob_threshold": -0.2,
                       "measure_transitions": {"llc": "collapse", "probe_acc/": "crossing"}, "guard_steps": 0,
-                      "noise_units": 0.0, "min_recovery": 0.0, "alert_layers": "any", "layers_required": 1}
+                      "noise_units": 0.0, "min_recovery": 0.0, "alert_layers": "any", "layers_required": 1,
+                      "full_threshold": 0.9, "validation_size": 512}
     assert DetectionSettings.from_dict(values) == settings
     assert DetectionSettings.from_dict(json.loads(json.dumps(values, allow_nan=False))) == settings
     assert DetectionSettings.from_dict(DetectionSettings().to_dict()) == DetectionSettings()
