@@ -21,7 +21,6 @@ from capgeo_callbacks.detection import (
     Alert,
     Collapse,
     DetectionSettings,
-    PrecursorTracker,
     Verdict,
     detect_acquisition,
     detect_collapse,
@@ -44,8 +43,10 @@ from capgeo_callbacks.measures import (
     per_example_gradients,
     rankme,
 )
+from capgeo_callbacks.rules import Forecast, Rule, RunView
 from capgeo_callbacks.schedule import evaluation_steps
 from capgeo_callbacks.summary import SUMMARY_FILENAME, build_summary, read_summary
+from capgeo_callbacks.tracking import RunTracker
 
 __all__ = [
     "SUMMARY_FILENAME",
@@ -60,7 +61,10 @@ __all__ = [
     "LinearProbeMonitor",
     "MeasureCallback",
     "PrecursorDetector",
-    "PrecursorTracker",
+    "RunTracker",
+    "Rule",
+    "RunView",
+    "Forecast",
     "RankMeMonitor",
     "Verdict",
     "answer_cross_entropy",

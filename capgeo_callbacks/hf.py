@@ -24,15 +24,16 @@ from torch.utils.data import DataLoader
 
 from capgeo_callbacks.batches import to_device
 from capgeo_callbacks.callbacks.base import append_point, check_positive_int, never_fails
-from capgeo_callbacks.detection import Alert, DetectionSettings, replay_alerts, scan_alerts
-from capgeo_callbacks.detection.series import align, split_points
+from capgeo_callbacks.detection import Alert, DetectionSettings
 from capgeo_callbacks.layers import glob_match
 from capgeo_callbacks.offline.measure_hf import TARGET_KEY, hf_layer_labels, measure_hf
 from capgeo_callbacks.offline.measured import WarningLog
 from capgeo_callbacks.offline.probe_sets import ProbeSet
+from capgeo_callbacks.rules import Rule
 from capgeo_callbacks.schedule import SCHEDULES, evaluation_steps
 from capgeo_callbacks.selectors import ANSWER_SELECTORS, Selector, selector_name, validate_selector
-from capgeo_callbacks.summary import SUMMARY_FILENAME, alert_message, build_summary, write_summary
+from capgeo_callbacks.summary import SUMMARY_FILENAME, alert_message, write_summary
+from capgeo_callbacks.tracking import RunTracker
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -45,8 +46,9 @@ __all__ = ["ACC_KEY", "LOGPROB_KEY", "CapgeoTrainerCallback"]
 log = logging.getLogger("capgeo")
 
 MASK_KEY = "answer_mask"
-ACC_KEY = "capgeo/acc"  # the accuracy detection follows (the summary's ``monitor``)
-LOGPROB_KEY = "capgeo/logprob"
+# the names the Lightning callbacks log too, so a summary has the same keys whichever callback wrote it
+ACC_KEY = "val/acc"  # the accuracy detection follows (the summary's ``monitor``), measured on the probe rows
+LOGPROB_KEY = "val/logprob"
 AccFn = Callable[[nn.Module, Mapping[str, Tensor]], float]
 """``acc_fn(model, rows) -> accuracy``: the model in eval mode under ``torch.no_grad``, the probe rows on
 the model's device."""
@@ -77,8 +79,8 @@ class CapgeoTrainerCallback(TrainerCallback):
     analysis's :func:`~capgeo_callbacks.offline.measure_hf.measure_hf`): RankMe of the first ``num_rows``
     selected rows of every hidden state, labelled ``embed``, ``layers.i`` and ``layers.{L-1}+final_norm``
     (Hugging Face returns the last hidden state after the final norm); with ``targets`` and
-    ``answer_mask`` in the rows, the exact match of the whole answer (``capgeo/acc``, the accuracy
-    detection follows), the mean answer-token log-prob (``capgeo/logprob``) and, with the ``answer``
+    ``answer_mask`` in the rows, the exact match of the whole answer (``val/acc``, the accuracy
+    detection follows), the mean answer-token log-prob (``val/logprob``) and, with the ``answer``
     selector, a held-out linear probe per layer (``probe_acc/<layer>``). Without targets, ``acc_fn`` gives
     the accuracy; with neither, accuracy is NaN (counted as not acquired: alerts still fire, the verdict is
     ``not-acquired``).
@@ -130,6 +132,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         batch_size: probe rows per forward pass.
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
         run_info: fields stored at the top of the summary (task, model, seed, ...).
+        rules: the rules run live (:mod:`capgeo_callbacks.rules`; default: the study's rule on ``settings``).
 
     Raises:
         ValueError: on a bad argument (the message names the valid choices); in ``on_train_begin``,
@@ -138,7 +141,7 @@ class CapgeoTrainerCallback(TrainerCallback):
 
     Logged keys (in ``state.log_history`` and the ``logs`` of the next ``on_log``):
         ``rankme/<layer>`` for each measured layer, ``probe_acc/<layer>`` where probes run,
-        ``capgeo/acc`` and ``capgeo/logprob`` where measured.
+        ``val/acc`` and ``val/logprob`` (on the probe rows) where measured, ``forecast/<rule>`` for forecasters.
 
     Example::
 
@@ -167,6 +170,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         batch_size: int = 64,
         on_alert: Callable[[Alert], Any] | None = None,
         run_info: Mapping[str, Any] | None = None,
+        rules: Sequence[Rule] | None = None,
     ) -> None:
         rows = _check_rows(probe_rows)
         if selector is None:
@@ -215,11 +219,9 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.on_alert = on_alert
         self.run_info = dict(run_info or {})
         self.labels: list[str] = []  # the measured hidden states, in depth order
-        self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]
-        self.acc: list[list[float]] = []
-        self.logprob: list[list[float]] = []
+        self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]: what this callback measures
+        self.tracker = RunTracker(rules, self.settings, self.run_info, ACC_KEY, LOGPROB_KEY, None)
         self.rows: dict[str, int] = {}
-        self.alerts: list[Alert] = []
         self.summary: dict[str, Any] = {}
         self.warnings = _Warnings()
         self._probe = self._probe_set()
@@ -231,7 +233,19 @@ class CapgeoTrainerCallback(TrainerCallback):
     @property
     def steps(self) -> list[int]:
         """The steps measured so far."""
-        return [int(p[0]) for p in self.acc]
+        return self.tracker.steps
+
+    @property
+    def acc(self) -> list[list[float]]:
+        return self.tracker.acc
+
+    @property
+    def logprob(self) -> list[list[float]]:
+        return self.tracker.scalars.get(LOGPROB_KEY, [])
+
+    @property
+    def alerts(self) -> list[Alert]:
+        return self.tracker.alerts
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: nn.Module | None = None, **kwargs: Any) -> None:
@@ -276,11 +290,8 @@ class CapgeoTrainerCallback(TrainerCallback):
         selectors = {"rankme": selector_name(self.selector)}
         if self.probes:
             selectors["probe_acc"] = selector_name(self.selector)
-        self.summary = build_summary(
-            acc=self.acc, series=self.series, settings=self.settings, alerts=self.alerts, monitor=ACC_KEY,
-            logprob_key=LOGPROB_KEY, logprob=self.logprob, run_info=self.run_info,
-            steps=state.global_step if state is not None else None, parameters=self._parameters or None,
-            rows=self.rows, selectors=selectors)
+        self.summary = self.tracker.summary(self.series, steps=state.global_step if state is not None else None,
+                                            parameters=self._parameters or None, rows=self.rows, selectors=selectors)
         return self.summary
 
     def _check_model(self, model: nn.Module) -> None:
@@ -332,17 +343,15 @@ class CapgeoTrainerCallback(TrainerCallback):
                 append_point(self.series.setdefault(tag, []), step, float(value))
                 logged[tag] = float(value)
         self.rows.update(measured.rows)
-        append_point(self.acc, step, float(acc))
         logged[ACC_KEY] = float(acc)
-        if math.isfinite(measured.logprob):
-            append_point(self.logprob, step, float(measured.logprob))
-            logged[LOGPROB_KEY] = float(measured.logprob)
+        scalars = {LOGPROB_KEY: float(measured.logprob)} if math.isfinite(measured.logprob) else {}
+        logged.update(scalars)
+        update = self.tracker.update(step, float(acc), scalars, self.series)
+        logged.update({f"forecast/{f.rule}": float(f.predicted) for f in update.forecasts
+                       if f.predicted is not None and math.isfinite(f.predicted)})
         state.log_history.append({**logged, "step": step})
         self._pending = logged
-        steps, accs = split_points(self.acc)
-        rankme = {label: align(self.series.get(f"rankme/{label}", []), steps) for label in self.labels}
-        for alert in scan_alerts(steps, accs, rankme, self.settings, self.alerts):
-            self.alerts.append(alert)
+        for alert in update.alerts:
             self._announce(alert)
 
     def _announce(self, alert: Alert) -> None:
@@ -357,20 +366,16 @@ class CapgeoTrainerCallback(TrainerCallback):
 
     def _restore(self, state: TrainerState) -> None:
         """The series of a resumed run, from the entries this callback added to ``state.log_history``."""
-        for entry in state.log_history:
+        for entry in state.log_history:  # replayed through the tracker: the alerts raised before are not announced
             if ACC_KEY not in entry or "step" not in entry:
                 continue
             step = int(entry["step"])
-            append_point(self.acc, step, float(entry[ACC_KEY]))
-            if LOGPROB_KEY in entry:
-                append_point(self.logprob, step, float(entry[LOGPROB_KEY]))
             for tag, value in entry.items():
                 if tag.startswith(("rankme/", "probe_acc/")):
                     append_point(self.series.setdefault(tag, []), step, float(value))
+            scalars = {LOGPROB_KEY: float(entry[LOGPROB_KEY])} if LOGPROB_KEY in entry else {}
+            self.tracker.update(step, float(entry[ACC_KEY]), scalars, self.series)
         self.labels = [tag[len("rankme/"):] for tag in self.series if tag.startswith("rankme/")]
-        steps, accs = split_points(self.acc)
-        rankme = {label: align(self.series[f"rankme/{label}"], steps) for label in self.labels}
-        self.alerts = replay_alerts(steps, accs, rankme, self.settings)  # raised before the interruption
 
 
 def _check_rows(rows: Any) -> dict[str, Tensor]:

@@ -119,9 +119,11 @@ def layer_names(summary: Mapping[str, Any]) -> list[str]:
 
 def alert_message(alert: Alert, monitor: str = "val/acc") -> str:
     """The one-line text of an alert (logging warning, logger text, summary)."""
+    if alert.collapse_step is None:  # a rule that reads no geometry
+        return f"capgeo {alert.rule} alert at step {alert.step}: {alert.evidence}"
     where = f"the run (first layer: {alert.layer})" if alert.kind == "run" else f"layer {alert.layer}"
     evidence = ""
-    if alert.drop_noise_units is not None and math.isfinite(alert.peak):
+    if alert.drop_noise_units is not None and alert.peak is not None and math.isfinite(alert.peak):
         evidence = (f"; drop {alert.peak:.2f} -> {alert.trough:.2f}, {alert.drop_noise_units:.1f} noise units, "
                     f"{alert.step - alert.collapse_step} steps since the trough")
     if alert.kind == "run" and len(alert.layers) > 1:

@@ -11,7 +11,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,14 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import MeasureCallback, append_point, check_positive_int, never_fails
+from capgeo_callbacks.callbacks.base import MeasureCallback, check_positive_int, never_fails
 from capgeo_callbacks.dashboard import custom_scalars_layout
-from capgeo_callbacks.detection import Alert, DetectionSettings, detect_acquisition, scan_alerts
-from capgeo_callbacks.detection.series import align, split_points
+from capgeo_callbacks.detection import Alert, DetectionSettings
 from capgeo_callbacks.figures import figure_pixels, rankme_heatmap, story_card, story_figure
 from capgeo_callbacks.loggers import publish_alert, publish_hparams, publish_image, publish_text, save_png
-from capgeo_callbacks.summary import SUMMARY_FILENAME, alert_message, build_summary, verdict_table, write_summary
+from capgeo_callbacks.rules import Rule
+from capgeo_callbacks.summary import SUMMARY_FILENAME, alert_message, verdict_table, write_summary
+from capgeo_callbacks.tracking import RunTracker
 
 log = logging.getLogger("capgeo")
 STORY_FILENAME = "capgeo_story.png"
@@ -59,6 +59,8 @@ class PrecursorDetector(Callback):
         record: prefixes of the logged scalars recorded at every evaluation into the summary's series (beside
             the monitored accuracy), so any rule can be re-scored from the summary alone.
         token_acc_monitor: per-token accuracy key, for the chance label (``None`` to skip).
+        rules: the rules run live (:mod:`capgeo_callbacks.rules`; default: the study's rule on ``settings``).
+            Their alerts are announced; forecasters' predictions are logged as ``forecast/<rule>``.
 
     Raises:
         ValueError: on a bad argument.
@@ -89,6 +91,7 @@ class PrecursorDetector(Callback):
         figure_budget: float = 0.01,
         record: Sequence[str] = ("val/",),
         token_acc_monitor: str | None = "val/token_acc",
+        rules: Sequence[Rule] | None = None,
     ) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"monitor must be a metric key (a non-empty string), got {monitor!r}")
@@ -121,12 +124,12 @@ class PrecursorDetector(Callback):
         self._figure_time = time.perf_counter()  # when it was drawn
         self.record = tuple(record)
         self.token_acc_monitor = token_acc_monitor
-        self.acc: list[list[float]] = []  # [[step, accuracy], ...]: the run's evaluation steps
-        self.scalars: dict[str, list[list[float]]] = {}  # every other recorded scalar, by tag
+        # the one owner of the run's record, rules, alerts and forecasts (measure callbacks own their series)
+        self.tracker = RunTracker(rules, self.settings, self.run_info, monitor, logprob_monitor, token_acc_monitor,
+                                  rankme_prefix)
         self._loss_sum: float = 0.0  # training losses since the previous evaluation
         self._loss_count = 0
         self._loss_pending: list[Any] = []  # this interval's losses, still tensors (no device sync per step)
-        self.alerts: list[Alert] = []
         self.summary: dict[str, Any] = {}
         self._layout_written = False
         self._warned: set[str] = set()
@@ -138,8 +141,22 @@ class PrecursorDetector(Callback):
     @property
     def acquired_step(self) -> int | None:
         """The acquisition step, once confirmed; None before."""
-        steps, accs = split_points(self.acc)
-        return detect_acquisition(steps, accs, self.settings.threshold, self.settings.patience)
+        return self.tracker.acquired_step
+
+    @property
+    def acc(self) -> list[list[float]]:
+        """``[[step, accuracy], ...]`` at every evaluation so far."""
+        return self.tracker.acc
+
+    @property
+    def scalars(self) -> dict[str, list[list[float]]]:
+        """Every other recorded scalar, by tag."""
+        return self.tracker.scalars
+
+    @property
+    def alerts(self) -> list[Alert]:
+        """The alerts raised so far, every rule's."""
+        return self.tracker.alerts
 
     @property
     def logprob(self) -> list[list[float]]:
@@ -200,18 +217,18 @@ class PrecursorDetector(Callback):
             self._loss_count += int(finite.numel())
             self._loss_pending = []
 
-    def _record_scalars(self, trainer: pl.Trainer, step: int) -> None:
+    def _scalars_now(self, trainer: pl.Trainer) -> dict[str, float]:
         """Every scalar under ``record`` (not the monitor), the mean training loss since the last evaluation and
         the learning rate, at this evaluation."""
-        for tag, value in trainer.callback_metrics.items():
-            if tag != self.monitor and tag.startswith(self.record):
-                append_point(self.scalars.setdefault(tag, []), step, float(value))
+        scalars = {tag: float(value) for tag, value in trainer.callback_metrics.items()
+                   if tag != self.monitor and tag.startswith(self.record)}
         self._flush_losses()
         if self._loss_count:
-            append_point(self.scalars.setdefault("train/loss", []), step, self._loss_sum / self._loss_count)
+            scalars["train/loss"] = self._loss_sum / self._loss_count
         self._loss_sum, self._loss_count = 0.0, 0
         if trainer.optimizers and trainer.optimizers[0].param_groups:
-            append_point(self.scalars.setdefault("lr", []), step, float(trainer.optimizers[0].param_groups[0]["lr"]))
+            scalars["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"])
+        return scalars
 
     @override
     @never_fails
@@ -224,13 +241,15 @@ class PrecursorDetector(Callback):
                            f"{', '.join(sorted(metrics)) or 'none'}")
             return
         step = trainer.global_step
-        append_point(self.acc, step, float(metrics[self.monitor]))
-        self._record_scalars(trainer, step)
-        steps, accs = split_points(self.acc)
-        rankme = {name: align(points, steps) for name, points in self.rankme_series(trainer).items()}
-        for alert in scan_alerts(steps, accs, rankme, self.settings, self.alerts):
-            self.alerts.append(alert)
+        update = self.tracker.update(step, float(metrics[self.monitor]), self._scalars_now(trainer),
+                                     self.measured_series(trainer))
+        for alert in update.alerts:
             self._announce(trainer, alert)
+        forecasts = {f"forecast/{f.rule}": float(f.predicted) for f in update.forecasts
+                     if f.predicted is not None and math.isfinite(f.predicted)}
+        if forecasts and trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics(forecasts, step=step)
         if self.figure_every_n_evals and len(self.acc) % self.figure_every_n_evals == 0:
             log_dir = trainer.log_dir  # a collective: every rank asks
             elapsed = time.perf_counter() - self._figure_time
@@ -273,12 +292,8 @@ class PrecursorDetector(Callback):
     def build_summary(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         """The run summary (also stored as ``self.summary``)."""
         callbacks = [cb for cb in trainer.callbacks if isinstance(cb, MeasureCallback)]
-        scalars = {tag: points for tag, points in self.scalars.items() if tag != self.logprob_monitor}
-        self.summary = build_summary(
-            acc=self.acc, series={**self.measured_series(trainer), **scalars}, settings=self.settings,
-            alerts=self.alerts, monitor=self.monitor, rankme_prefix=self.rankme_prefix,
-            logprob_key=self.logprob_monitor, logprob=self.logprob, token_acc_key=self.token_acc_monitor,
-            run_info=self.run_info, steps=trainer.global_step,
+        self.summary = self.tracker.summary(
+            self.measured_series(trainer), steps=trainer.global_step,
             parameters=sum(p.numel() for p in pl_module.parameters()),
             rows={tag: n for cb in callbacks for tag, n in cb.rows.items()},
             selectors={cb.prefix: cb.selector_name for cb in callbacks if cb.selector_name},
@@ -308,28 +323,23 @@ class PrecursorDetector(Callback):
     @override
     def state_dict(self) -> dict[str, Any]:
         self._flush_losses()
-        return {"acc": [list(p) for p in self.acc],
-                "scalars": {tag: [list(p) for p in points] for tag, points in self.scalars.items()},
-                "loss_since_evaluation": [self._loss_sum, self._loss_count],
-                "alerts": [asdict(alert) for alert in self.alerts], "layout_written": self._layout_written}
+        return {"record": self.tracker.state_dict(), "loss_since_evaluation": [self._loss_sum, self._loss_count],
+                "layout_written": self._layout_written}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if "tracker" in state_dict:  # the layout of capgeo 0.1
-            tracker = state_dict["tracker"]
-            self.acc = [[s, a] for s, a in zip(tracker.get("steps", []), tracker.get("acc", []), strict=True)
-                        if a is not None]
-            logprob = [list(p) for p in state_dict.get("logprob_series", [])]
-        else:
-            self.acc = [list(p) for p in state_dict.get("acc", [])]
-            logprob = [list(p) for p in state_dict.get("logprob", [])]
-        self.scalars = {tag: [list(p) for p in points] for tag, points in state_dict.get("scalars", {}).items()}
-        if logprob and self.logprob_monitor and self.logprob_monitor not in self.scalars:  # capgeo 0.1 to 0.2
-            self.scalars[self.logprob_monitor] = logprob
+        if "record" in state_dict:
+            self.tracker.load_state_dict(state_dict["record"])
+        else:  # capgeo 0.1 ("tracker": steps and acc) and 0.2 (acc, logprob or scalars, alerts at the top)
+            legacy = state_dict.get("tracker", {})
+            pairs = zip(legacy.get("steps", []), legacy.get("acc", []), strict=True)
+            acc = [[s, a] for s, a in pairs if a is not None] if "tracker" in state_dict else state_dict.get("acc", [])
+            scalars = dict(state_dict.get("scalars", {}))
+            logprob = state_dict.get("logprob_series", state_dict.get("logprob", []))
+            if logprob and self.logprob_monitor and self.logprob_monitor not in scalars:
+                scalars[self.logprob_monitor] = logprob
+            alerts = [{**alert, "rule": alert.get("rule", "study")} for alert in state_dict.get("alerts", [])]
+            self.tracker.load_state_dict({"acc": acc, "scalars": scalars, "alerts": alerts})
         self._loss_sum, self._loss_count = state_dict.get("loss_since_evaluation", [0.0, 0])
         self._loss_pending = []
-        known = {item.name for item in fields(Alert)}
-        saved = state_dict.get("alerts", [])
-        self.alerts = [Alert(**{k: tuple(v) if k == "layers" else v for k, v in alert.items() if k in known})
-                       for alert in saved]
         self._layout_written = bool(state_dict.get("layout_written", False))

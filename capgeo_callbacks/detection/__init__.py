@@ -31,7 +31,6 @@ from capgeo_callbacks.detection.settings import (
     DetectionSettings,
     transition_kind,
 )
-from capgeo_callbacks.detection.tracker import PrecursorTracker
 from capgeo_callbacks.detection.transitions import Transition, measure_transition
 
 __all__ = [
@@ -50,7 +49,6 @@ __all__ = [
     "Emergence",
     "LayerResult",
     "Points",
-    "PrecursorTracker",
     "Transition",
     "Verdict",
     "align",

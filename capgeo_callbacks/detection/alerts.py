@@ -3,7 +3,6 @@ while the run has not acquired. The same functions raise them live and replay th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -14,11 +13,13 @@ from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSetti
 
 @dataclass(frozen=True)
 class Alert:
-    """A precursor alert: a layer's RankMe collapsed and recovered while the run had not acquired.
+    """An alert raised by a rule at an evaluation. For the geometry rules (``study``): a layer's RankMe
+    collapsed and recovered while the run had not acquired; other rules leave the geometry fields None and
+    say why in ``evidence``.
 
     Attributes:
         kind: "layer" (once per layer) or "run" (once per run, with the first layer that raised).
-        layer: the layer whose collapse raised it.
+        layer: the layer whose collapse raised it ("" for rules that read no layer).
         step: the step of the evaluation at which it was raised.
         collapse_step: the layer's collapse (trough) step.
         floor: the layer's collapse floor so far.
@@ -28,18 +29,22 @@ class Alert:
         drop_noise_units: (peak - trough) in units of the layer's own evaluation-to-evaluation noise (None if
             the noise could not be estimated): the evidence of how far the collapse stands out.
         layers: for the run alert, every layer that had alerted when it was raised.
+        rule: the name of the rule that raised it.
+        evidence: what the rule saw, in words (rules other than the geometry ones).
     """
 
     kind: Literal["layer", "run"]
     layer: str
     step: int
-    collapse_step: int
-    floor: float
-    recovery_step: int
-    peak: float = math.nan
-    trough: float = math.nan
+    collapse_step: int | None
+    floor: float | None
+    recovery_step: int | None
+    peak: float | None = None
+    trough: float | None = None
     drop_noise_units: float | None = None
     layers: tuple[str, ...] = ()
+    rule: str = "study"
+    evidence: str = ""
 
 
 def scan_alerts(

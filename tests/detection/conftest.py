@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
-from capgeo_callbacks.detection import Alert, PrecursorTracker
+from capgeo_callbacks.detection import Alert
+from capgeo_callbacks.tracking import RunTracker
 
 STEPS = [100 * i for i in range(20)]
 # Collapse at index 8 (step 800), recovery confirmed at index 11 (step 1100), acquisition at index 15.
@@ -23,12 +25,17 @@ def points(steps: Sequence[int], values: Sequence[float]) -> list[list[float]]:
     return [[step, value] for step, value in zip(steps, values, strict=True)]
 
 
-def feed(tracker: PrecursorTracker, steps: Sequence[int], acc: Sequence[float],
+def feed(tracker: RunTracker, steps: Sequence[int], acc: Sequence[float],
          layers: Mapping[str, Sequence[float]]) -> list[Alert]:
-    """Feed every evaluation to ``tracker``, one at a time; the alerts it raised, in order."""
+    """Feed every evaluation to ``tracker``, one at a time, with the RankMe series measured so far (finite
+    values only, as a measure callback records them); the alerts it raised, in order."""
     alerts: list[Alert] = []
+    measured: dict[str, list[list[float]]] = {f"rankme/{name}": [] for name in layers}
     for i, step in enumerate(steps):
-        alerts += tracker.update(step, acc[i], {name: values[i] for name, values in layers.items()})
+        for name, values in layers.items():
+            if math.isfinite(values[i]):
+                measured[f"rankme/{name}"].append([step, values[i]])
+        alerts += tracker.update(step, acc[i], measured=measured).alerts
     return alerts
 
 

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from capgeo_callbacks.detection import (
     Alert,
     DetectionSettings,
-    PrecursorTracker,
     detect_acquisition,
     detect_collapse,
     replay_alerts,
     scan_alerts,
 )
+from capgeo_callbacks.tracking import RunTracker
 from tests.detection.conftest import (
     LATE_RANKME,
     PRECURSOR_ACC,
@@ -102,9 +102,9 @@ def test_no_alert_once_acquired() -> None:
 
 
 def test_replay_equals_feeding_the_tracker() -> None:
-    tracker = PrecursorTracker()
+    tracker = RunTracker()
     assert core(feed(tracker, STEPS, PRECURSOR_ACC, LAYERS)) == EXPECTED
-    assert feed(PrecursorTracker(), STEPS, PRECURSOR_ACC, LAYERS) == replay_alerts(STEPS, PRECURSOR_ACC, LAYERS)
+    assert feed(RunTracker(), STEPS, PRECURSOR_ACC, LAYERS) == replay_alerts(STEPS, PRECURSOR_ACC, LAYERS)
 
 
 @pytest.mark.parametrize("cut", [5, 10, 11, 12, 14])
@@ -151,7 +151,7 @@ def test_replay_alerts_properties(run: tuple[list[int], list[float], dict[str, l
     steps, acc, layers, detection = run
     alerts = replay_alerts(steps, acc, layers, detection)
     # the same alerts, in the same order, as feeding the evaluations one at a time
-    tracker = PrecursorTracker(detection)
+    tracker = RunTracker(settings=detection)
     assert feed(tracker, steps, acc, layers) == alerts
     assert tracker.alerts == alerts
     # none once acquisition is confirmed

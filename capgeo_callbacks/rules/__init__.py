@@ -1,0 +1,61 @@
+"""Warning rules and forecasters on one protocol (:class:`Rule`): live in the tracker, offline in the scorer.
+
+``RULES`` maps each name to a factory; :func:`register_rule` adds a user's own, so the scorer's command line
+and the callbacks' ``rules=`` argument can name it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from capgeo_callbacks.rules.base import Forecast, Rule, RuleOutput, RunView, replay
+from capgeo_callbacks.rules.baselines import (
+    ClockRule,
+    LogprobEmergenceRule,
+    LossOnsetRule,
+    ProbeCrossingRule,
+    WarmupEndRule,
+)
+from capgeo_callbacks.rules.geometry import GeometryRule, StudyRule
+
+__all__ = [
+    "RULES",
+    "ClockRule",
+    "Forecast",
+    "GeometryRule",
+    "LogprobEmergenceRule",
+    "LossOnsetRule",
+    "ProbeCrossingRule",
+    "Rule",
+    "RuleOutput",
+    "RunView",
+    "StudyRule",
+    "WarmupEndRule",
+    "make_rule",
+    "register_rule",
+    "replay",
+]
+
+RULES: dict[str, Callable[[], Rule]] = {
+    "study": StudyRule,
+    "geometry-guarded": GeometryRule,
+    "loss-onset": LossOnsetRule,
+    "logprob-emergence": LogprobEmergenceRule,
+    "probe-crossing": ProbeCrossingRule,
+    "warmup-end": WarmupEndRule,
+    "clock-20": lambda: ClockRule(fraction=0.2, name="clock-20"),
+}
+
+
+def register_rule(name: str, factory: Callable[[], Rule]) -> None:
+    """Make a rule known by ``name`` (to the scorer's ``--rules`` and to the callbacks' ``rules=``)."""
+    if not name or not isinstance(name, str):
+        raise ValueError(f"a rule name must be a non-empty string, got {name!r}")
+    RULES[name] = factory
+
+
+def make_rule(name: str) -> Rule:
+    """A fresh rule by name; an unknown name is an error that lists the known ones."""
+    if name not in RULES:
+        raise ValueError(f"unknown rule {name!r}; known rules: {', '.join(RULES)}")
+    return RULES[name]()

@@ -1,0 +1,122 @@
+"""Baseline warning rules: what a researcher could compute from the loss curve and a clock, to hold the
+geometry rules against. All chance-aware where the run records its chance level, all on the same clock from
+step 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from capgeo_callbacks.detection.alerts import Alert
+from capgeo_callbacks.detection.labels import Chance
+from capgeo_callbacks.detection.onset import learning_onset
+from capgeo_callbacks.rules.base import Rule, RuleOutput, RunView
+
+__all__ = ["ClockRule", "LogprobEmergenceRule", "LossOnsetRule", "ProbeCrossingRule", "WarmupEndRule"]
+
+
+def run_chance(run: RunView) -> Chance | None:
+    values = run.info.get("chance")
+    return Chance.from_dict(values) if values else None
+
+
+class LossOnsetRule(Rule):
+    """Warns at learning onset (:func:`~capgeo_callbacks.detection.onset.learning_onset`): the answer log-prob
+    leaves the level of an answer that ignores the question. The loss-only baseline."""
+
+    name = "loss-onset"
+    needs = ("val/logprob",)
+
+    def __init__(self, logprob_key: str = "val/logprob") -> None:
+        self.logprob_key = logprob_key
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        if raised:
+            return RuleOutput()
+        onset = learning_onset(run.steps, run.values(self.logprob_key), run_chance(run), run.warmup_steps or 0)
+        if onset is None:
+            return RuleOutput()
+        return RuleOutput(alerts=[self.alert(run, f"the answer log-prob left its chance level at step {onset}")])
+
+    def settings(self) -> dict[str, Any]:
+        return {"logprob_key": self.logprob_key}
+
+
+class ClockRule(Rule):
+    """Warns at a fixed share of the budget (or a fixed step), whatever the run does."""
+
+    name = "clock"
+
+    def __init__(self, fraction: float | None = 0.2, step: int | None = None, name: str | None = None) -> None:
+        if (fraction is None) == (step is None):
+            raise ValueError("give exactly one of fraction (of the budget) or step")
+        self.fraction, self.at_step = fraction, step
+        if name:
+            self.name = name
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        due = self.at_step if self.at_step is not None else (self.fraction or 0) * (run.max_steps or math.inf)
+        if raised or run.step < due:
+            return RuleOutput()
+        return RuleOutput(alerts=[self.alert(run, f"the clock reached step {due:g}")])
+
+    def settings(self) -> dict[str, Any]:
+        return {"fraction": self.fraction, "step": self.at_step}
+
+
+class WarmupEndRule(Rule):
+    """Warns at the end of the learning-rate warm-up: what an alert on the warm-up's RankMe dip amounts to."""
+
+    name = "warmup-end"
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        end = run.warmup_steps if run.warmup_steps is not None else 100
+        if raised or run.step < end:
+            return RuleOutput()
+        return RuleOutput(alerts=[self.alert(run, f"the learning-rate warm-up ended at step {end}")])
+
+
+class LogprobEmergenceRule(Rule):
+    """Warns when the mean answer log-prob reaches ``threshold`` (log 0.5 by default)."""
+
+    name = "logprob-emergence"
+    needs = ("val/logprob",)
+
+    def __init__(self, threshold: float = math.log(0.5), logprob_key: str = "val/logprob") -> None:
+        self.threshold, self.logprob_key = threshold, logprob_key
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        value = run.last(self.logprob_key)
+        if raised or not value >= self.threshold:
+            return RuleOutput()
+        return RuleOutput(alerts=[self.alert(run, f"the answer log-prob reached {value:.3f}")])
+
+    def settings(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "logprob_key": self.logprob_key}
+
+
+class ProbeCrossingRule(Rule):
+    """Warns when any layer's linear probe reads the answer tokens ``share`` of the way from chance (the answer
+    marginal's per-token accuracy; 0 if unknown) to perfect."""
+
+    name = "probe-crossing"
+    needs = ("probe_acc/",)
+
+    def __init__(self, share: float = 0.5, probe_prefix: str = "probe_acc/") -> None:
+        if not 0 < share < 1:
+            raise ValueError(f"share must be in (0, 1), got {share}")
+        self.share, self.probe_prefix = share, probe_prefix
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        chance = run_chance(run)
+        level = (chance.token_acc if chance else 0.0) + self.share * (1 - (chance.token_acc if chance else 0.0))
+        above = [tag for tag in run.tags(self.probe_prefix) if run.last(tag) >= level]
+        if raised or not above:
+            return RuleOutput()
+        return RuleOutput(alerts=[self.alert(run, f"probe {above[0]} reached {run.last(above[0]):.3f} "
+                                                  f"(level {level:.3f})", layer=above[0][len(self.probe_prefix):])])
+
+    def settings(self) -> dict[str, Any]:
+        return {"share": self.share, "probe_prefix": self.probe_prefix}
