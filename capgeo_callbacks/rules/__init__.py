@@ -16,11 +16,23 @@ from capgeo_callbacks.rules.baselines import (
     ProbeCrossingRule,
     WarmupEndRule,
 )
+from capgeo_callbacks.rules.forecasters import (
+    ClockForecaster,
+    CurveForecaster,
+    ForecastRule,
+    RidgeForecaster,
+    ThresholdForecaster,
+)
 from capgeo_callbacks.rules.geometry import GeometryRule, StudyRule
 
 __all__ = [
     "RULES",
+    "ClockForecaster",
     "ClockRule",
+    "CurveForecaster",
+    "ForecastRule",
+    "RidgeForecaster",
+    "ThresholdForecaster",
     "Forecast",
     "GeometryRule",
     "LogprobEmergenceRule",
@@ -44,6 +56,10 @@ RULES: dict[str, Callable[[], Rule]] = {
     "probe-crossing": ProbeCrossingRule,
     "warmup-end": WarmupEndRule,
     "clock-20": lambda: ClockRule(fraction=0.2, name="clock-20"),
+    # forecasters that need no calibration runs (the clock and the ridge are fitted: study.forecast)
+    "token_acc-threshold": lambda: ThresholdForecaster("token_acc"),
+    "logprob-threshold": lambda: ThresholdForecaster("logprob"),
+    "curve-families": CurveForecaster,
 }
 
 

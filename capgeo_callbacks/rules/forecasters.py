@@ -1,0 +1,408 @@
+"""Forecasters: the predicted acquisition step, with an interval, at every evaluation.
+
+Each is a :class:`~capgeo_callbacks.rules.Rule` whose output carries a :class:`Forecast`, and raises one alert
+when its forecast first puts acquisition within ``horizon`` steps (a warning with a lead the user chooses).
+``math.inf`` means "not within reach": no progress, or beyond ``reach`` times the budget.
+
+- :class:`ClockForecaster`: the median acquisition step of earlier runs of the same task and level (a table,
+  fitted on calibration runs), whatever the run does.
+- :class:`ThresholdForecaster`: extrapolates a smooth per-token quantity to the level at which the whole answer
+  is right half the time (Du et al. 2024: capabilities emerge below a loss threshold; Schaeffer et al. 2023:
+  exact match is a sharp readout of smooth per-token quantities). ``token_acc``: the per-token error rate,
+  extrapolated as a straight line in log error over the recent evaluations, to ``1 - 0.5 ** (1 / T)`` (T answer
+  tokens: independent errors give exact match 0.5 there). ``logprob``: the per-token loss, in log loss, to
+  ``-log(0.5) / T``. Both thresholds can instead be read off calibration runs (``targets``).
+- :class:`CurveForecaster`: the parametric learning-curve families of Domhan et al. (2015) fitted to the per-token
+  accuracy with ``scipy.optimize.curve_fit``; the prediction is where the fitted curve crosses the same level,
+  the interval the spread over families and over parameter draws from each fit's covariance.
+- :class:`RidgeForecaster`: a ridge regression of log(acquisition step) on features of the run so far (the
+  step, accuracy, per-token accuracy, log-prob, the clock, and optionally RankMe), fitted on calibration runs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from capgeo_callbacks.detection.alerts import Alert
+from capgeo_callbacks.detection.events import detect_acquisition
+from capgeo_callbacks.detection.labels import Chance
+from capgeo_callbacks.rules.base import Forecast, Rule, RuleOutput, RunView
+
+__all__ = ["ClockForecaster", "CurveForecaster", "ForecastRule", "RidgeForecaster", "ThresholdForecaster",
+           "answer_tokens", "half_right_level"]
+
+REACH = 3.0  # forecasts beyond 3x the budget (or 10x the step so far) are "not within reach"
+
+
+def answer_tokens(run: RunView) -> float | None:
+    """Answer tokens per question, from the run's chance record (None if unknown)."""
+    chance = run.info.get("chance")
+    if not chance:
+        return None
+    values = Chance.from_dict(chance)
+    return values.tokens / values.questions if values.questions else None
+
+
+def half_right_level(tokens: float, threshold: float = 0.5) -> float:
+    """Per-token accuracy at which a T-token answer is wholly right with probability ``threshold``, if its tokens
+    are right independently: ``threshold ** (1 / T)``."""
+    return threshold ** (1.0 / tokens)
+
+
+def _key(run: RunView) -> str:
+    return f"{run.info.get('task')}/{run.info.get('difficulty')}"
+
+
+class ForecastRule(Rule):
+    """Base of the forecasters: ``forecast(run)`` gives (predicted, low, high); the warning fires once when the
+    prediction first comes within ``horizon`` steps, before acquisition.
+
+    Args:
+        horizon: warn when the forecast puts acquisition within this many steps (None: never warn).
+        threshold: the acquisition accuracy (as the detection settings).
+    """
+
+    name = "forecast"
+
+    def __init__(self, horizon: float | None = 300, threshold: float = 0.5) -> None:
+        if horizon is not None and horizon < 0:
+            raise ValueError(f"horizon must be >= 0 steps or None, got {horizon}")
+        self.horizon, self.threshold = horizon, threshold
+
+    def forecast(self, run: RunView) -> tuple[float, float, float] | None:
+        raise NotImplementedError
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        found = self.forecast(run)
+        if found is None:
+            return RuleOutput()
+        predicted, low, high = found
+        cap = REACH * (run.max_steps or 0) or 10 * max(run.step, 1)
+        if predicted > cap:
+            predicted, high = math.inf, math.inf
+        forecast = Forecast(self.name, run.step, predicted, min(low, predicted), high)
+        alerts = []
+        acquired = detect_acquisition(run.steps, run.values("acc"), self.threshold, 3) is not None
+        if not raised and not acquired and self.horizon is not None and forecast.within(self.horizon):
+            alerts.append(self.alert(run, f"forecast puts acquisition at step {predicted:.0f} "
+                                          f"[{low:.0f}, {high:.0f}], within {self.horizon:g} steps"))
+        return RuleOutput(alerts=alerts, forecast=forecast)
+
+    def settings(self) -> dict[str, Any]:
+        return {"horizon": self.horizon, "threshold": self.threshold}
+
+
+class ClockForecaster(ForecastRule):
+    """Predicts the median acquisition step of calibration runs of the same task and level.
+
+    Args:
+        table: ``{"task/difficulty": [acquisition steps of calibration runs]}`` (:meth:`fit` builds it).
+        horizon: see :class:`ForecastRule`.
+    """
+
+    name = "clock"
+
+    def __init__(self, table: Mapping[str, Sequence[float]] | None = None, horizon: float | None = 300) -> None:
+        super().__init__(horizon)
+        self.table = {key: [float(v) for v in values] for key, values in (table or {}).items()}
+
+    @classmethod
+    def fit(cls, runs: Sequence[tuple[RunView, int | None]], **options: Any) -> ClockForecaster:
+        """From finished runs and their acquisition steps (None: not acquired; left out)."""
+        table: dict[str, list[float]] = {}
+        for run, acquired in runs:
+            if acquired is not None:
+                table.setdefault(_key(run), []).append(float(acquired))
+        return cls(table, **options)
+
+    def forecast(self, run: RunView) -> tuple[float, float, float] | None:
+        steps = self.table.get(_key(run))
+        if not steps:
+            return None
+        median = statistics.median(steps)
+        return max(median, run.step), max(min(steps), run.step), max(max(steps), run.step)
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "table": self.table}
+
+
+def _recent(run: RunView, tag: str, window: float, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """The finite points of ``tag`` after ``start`` within the last ``window`` share of the steps so far."""
+    steps = np.array(run.steps, dtype=float)
+    values = np.array(run.values(tag), dtype=float)
+    keep = np.isfinite(values) & (steps >= start) & (steps >= (1 - window) * steps[-1])
+    return steps[keep], values[keep]
+
+
+def _crossing(x: np.ndarray, z: np.ndarray, target: float, now: float) -> tuple[float, float, float] | None:
+    """Where the least-squares line through (x, z) reaches ``target`` (z falling towards it), with the interval
+    from the slope's 90% t-interval. None when there is too little to fit."""
+    if len(x) < 4 or np.ptp(x) <= 0:
+        return None
+    slope, intercept = np.polyfit(x, z, 1)
+    if z[-1] <= target:
+        return now, now, now
+    residual = z - (slope * x + intercept)
+    spread = math.sqrt(float(residual @ residual) / max(1, len(x) - 2))
+    slope_se = spread / math.sqrt(float(((x - x.mean()) ** 2).sum()))
+    t90 = 1.7 if len(x) > 20 else 2.0
+    level_now = slope * now + intercept
+
+    def reach(rate: float) -> float:
+        return math.inf if rate >= 0 else now + (target - level_now) / rate
+
+    return reach(slope), reach(slope - t90 * slope_se), reach(slope + t90 * slope_se)
+
+
+class ThresholdForecaster(ForecastRule):
+    """Extrapolates per-token accuracy or loss to the acquisition level (module docstring).
+
+    Args:
+        quantity: ``token_acc`` (from ``val/token_acc``) or ``logprob`` (from ``val/logprob``).
+        window: the share of the steps so far the line is fitted on (the most recent).
+        targets: ``{"task/difficulty": level}`` read off calibration runs (:meth:`fit`); without an entry, the
+            independent-errors level from the answer length.
+        horizon: see :class:`ForecastRule`.
+    """
+
+    def __init__(self, quantity: str = "token_acc", window: float = 0.5,
+                 targets: Mapping[str, float] | None = None, horizon: float | None = 300) -> None:
+        super().__init__(horizon)
+        if quantity not in ("token_acc", "logprob"):
+            raise ValueError(f"quantity must be token_acc or logprob, got {quantity!r}")
+        if not 0 < window <= 1:
+            raise ValueError(f"window must be in (0, 1], got {window}")
+        self.quantity, self.window = quantity, float(window)
+        self.targets = {key: float(value) for key, value in (targets or {}).items()}
+        self.name = f"{quantity}-threshold" + ("-calibrated" if targets else "")
+
+    @property
+    def tag(self) -> str:
+        return f"val/{self.quantity}"
+
+    @classmethod
+    def fit(cls, runs: Sequence[tuple[RunView, int | None]], quantity: str = "token_acc",
+            **options: Any) -> ThresholdForecaster:
+        """The level of ``quantity`` at acquisition, median over the calibration runs of each task and level."""
+        levels: dict[str, list[float]] = {}
+        for run, acquired in runs:
+            if acquired is not None and acquired in run.steps:
+                value = run.values(f"val/{quantity}")[run.steps.index(acquired)]
+                if math.isfinite(value):
+                    levels.setdefault(_key(run), []).append(value)
+        return cls(quantity, targets={key: statistics.median(v) for key, v in levels.items()}, **options)
+
+    def target(self, run: RunView) -> float | None:
+        if _key(run) in self.targets:
+            return self.targets[_key(run)]
+        tokens = answer_tokens(run)
+        if tokens is None:
+            return None
+        level = half_right_level(tokens, self.threshold)
+        return level if self.quantity == "token_acc" else math.log(level)
+
+    def forecast(self, run: RunView) -> tuple[float, float, float] | None:
+        target = self.target(run)
+        if target is None:
+            return None
+        x, y = _recent(run, self.tag, self.window, run.warmup_steps or 0)
+        # both quantities approach 0 error / 0 loss: fit a line to the log of the error (or of minus the log-prob)
+        error = 1 - y if self.quantity == "token_acc" else -y
+        goal = 1 - target if self.quantity == "token_acc" else -target
+        keep = error > 0
+        if goal <= 0:
+            return None
+        return _crossing(x[keep], np.log(error[keep]), math.log(goal), float(run.step))
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "quantity": self.quantity, "window": self.window, "targets": self.targets}
+
+
+# Domhan et al. (2015), learning-curve families (saturating in t), each with an initial guess and bounds; fitted to
+# exact-match accuracy, which rises from 0 towards its asymptote alpha <= 1.
+def _mmf(t: np.ndarray, alpha: float, beta: float, kappa: float, delta: float) -> np.ndarray:
+    return alpha - (alpha - beta) / (1 + np.power(kappa * t, delta))
+
+
+def _weibull(t: np.ndarray, alpha: float, beta: float, kappa: float, delta: float) -> np.ndarray:
+    return alpha - (alpha - beta) * np.exp(-np.power(kappa * t, delta))
+
+
+def _janoschek(t: np.ndarray, alpha: float, beta: float, kappa: float, delta: float) -> np.ndarray:
+    return alpha - (alpha - beta) * np.exp(-kappa * np.power(t / 1000.0, delta))
+
+
+def _log_power(t: np.ndarray, alpha: float, beta: float, kappa: float) -> np.ndarray:
+    return alpha / (1 + np.power(t / np.exp(beta), -kappa))
+
+
+_SIGMOID_BOUNDS = ([0.0, 0.0, 1e-6, 0.1], [1.0, 1.0, 1.0, 20.0])
+FAMILIES: dict[str, tuple[Callable[..., np.ndarray], Callable[[np.ndarray], list[float]], tuple]] = {
+    "mmf": (_mmf, lambda t: [1.0, 0.0, 1.0 / float(t[-1]), 2.0], _SIGMOID_BOUNDS),
+    "weibull": (_weibull, lambda t: [1.0, 0.0, 1.0 / float(t[-1]), 2.0], _SIGMOID_BOUNDS),
+    "janoschek": (_janoschek, lambda t: [1.0, 0.0, 1.0, 2.0], ([0.0, 0.0, 1e-6, 0.1], [1.0, 1.0, 100.0, 20.0])),
+    "log-power": (_log_power, lambda t: [1.0, float(np.log(t[-1])), 2.0], ([0.0, 0.0, 0.1], [1.0, 20.0, 20.0])),
+}
+
+
+class CurveForecaster(ForecastRule):
+    """Domhan et al.'s curve families fitted to exact-match accuracy (module docstring).
+
+    Args:
+        families: which of :data:`FAMILIES` to fit.
+        draws: parameter draws per fit for the interval.
+        horizon: see :class:`ForecastRule`.
+        seed: the draws' random seed (forecasts are reproducible).
+    """
+
+    name = "curve-families"
+
+    def __init__(self, families: Sequence[str] = tuple(FAMILIES), draws: int = 64, horizon: float | None = 300,
+                 seed: int = 0, every: int = 8) -> None:
+        super().__init__(horizon)
+        unknown = [name for name in families if name not in FAMILIES]
+        if unknown or not families:
+            raise ValueError(f"unknown curve families {unknown}; valid: {', '.join(FAMILIES)}")
+        if every < 1:
+            raise ValueError(f"every must be >= 1 evaluation, got {every}")
+        self.families, self.draws, self.seed, self.every = tuple(families), int(draws), int(seed), int(every)
+        self._fits: dict[tuple, tuple[float, float, float] | None] = {}
+
+    def forecast(self, run: RunView) -> tuple[float, float, float] | None:
+        """Refitted every ``every`` evaluations (on the evaluations up to the last multiple of it), so a live run
+        pays for a fit an eighth of the time and a replay says the same."""
+        fitted = run.prefix(len(run.steps) - len(run.steps) % self.every) if len(run.steps) >= self.every else run
+        key = (fitted.steps, fitted.values("acc"), fitted.max_steps, fitted.warmup_steps)  # what the fit reads
+        if key not in self._fits:
+            if len(self._fits) > 256:
+                self._fits.clear()
+            self._fits[key] = self._fit(fitted)
+        found = self._fits[key]
+        return None if found is None else (max(found[0], run.step), max(found[1], run.step), max(found[2], run.step))
+
+    def _fit(self, run: RunView) -> tuple[float, float, float] | None:
+        from scipy.optimize import curve_fit
+
+        x, y = _recent(run, "acc", 1.0, max(1, run.warmup_steps or 0))
+        if len(x) < 6:
+            return None
+        if y[-1] >= self.threshold:
+            return float(run.step), float(run.step), float(run.step)
+        horizon = np.linspace(run.step, REACH * (run.max_steps or 10 * run.step), 400)
+        rng = np.random.default_rng(self.seed)
+        crossings: list[float] = []
+        centres: list[float] = []
+        for name in self.families:
+            function, guess, bounds = FAMILIES[name]
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    params, covariance = curve_fit(function, x, y, p0=guess(x), bounds=bounds, maxfev=2000)
+                    centres.append(_first_crossing(function(horizon, *params), horizon, self.threshold))
+                    if np.all(np.isfinite(covariance)):
+                        draws = rng.multivariate_normal(params, covariance, size=self.draws, check_valid="ignore")
+                        draws = np.clip(draws, bounds[0], bounds[1])
+                        crossings += [_first_crossing(function(horizon, *d), horizon, self.threshold) for d in draws]
+            except (RuntimeError, ValueError, TypeError, np.linalg.LinAlgError):
+                continue
+        if not centres:
+            return None
+        every = np.array(crossings or centres)
+        return (float(np.median(centres)), float(np.quantile(every, 0.1)), float(np.quantile(every, 0.9)))
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "families": list(self.families), "draws": self.draws, "seed": self.seed,
+                "every": self.every}
+
+
+def _first_crossing(values: np.ndarray, steps: np.ndarray, target: float) -> float:
+    above = np.nonzero(np.nan_to_num(values, nan=-np.inf) >= target)[0]
+    return float(steps[above[0]]) if len(above) else math.inf
+
+
+def run_features(run: RunView, clock: float | None, geometry: bool) -> list[float]:
+    """Features of the run so far for :class:`RidgeForecaster` (all finite)."""
+    step = max(run.step, 1)
+    last = lambda tag, default: next((v for v in reversed(run.values(tag)) if math.isfinite(v)), default)  # noqa: E731
+    features = [math.log(step), last("acc", 0.0), last("val/token_acc", 0.0), last("val/logprob", -5.0),
+                math.log(clock) if clock else math.log(step)]
+    if geometry:
+        for tag in run.tags("rankme/"):
+            values = [v for v in run.values(tag) if math.isfinite(v)]
+            if values:  # RankMe relative to its start and to its minimum so far: scale-free
+                features += [math.log(values[-1] / values[0]), math.log(values[-1] / min(values))]
+            else:
+                features += [0.0, 0.0]
+    return features
+
+
+class RidgeForecaster(ForecastRule):
+    """A ridge regression of log(acquisition step) on :func:`run_features`, fitted on calibration runs.
+
+    Args:
+        weights: the fitted coefficients (intercept last); :meth:`fit` computes them.
+        scale: the residual spread in log steps (the interval is +-1.645 of it).
+        clock: a :class:`ClockForecaster` table for the clock feature.
+        geometry: whether RankMe features are used.
+        horizon: see :class:`ForecastRule`.
+    """
+
+    def __init__(self, weights: Sequence[float] | None = None, scale: float = 0.3,
+                 clock: Mapping[str, Sequence[float]] | None = None, geometry: bool = False,
+                 horizon: float | None = 300) -> None:
+        super().__init__(horizon)
+        self.weights = None if weights is None else [float(w) for w in weights]
+        self.scale, self.geometry = float(scale), bool(geometry)
+        self.clock = ClockForecaster(clock)
+        self.name = "ridge" + ("-geometry" if geometry else "")
+
+    @classmethod
+    def fit(cls, runs: Sequence[tuple[RunView, int | None]], geometry: bool = False, penalty: float = 1.0,
+            fractions: Sequence[float] = (0.1, 0.25, 0.5, 0.75), **options: Any) -> RidgeForecaster:
+        """Fitted on every acquired run at ``fractions`` of its time to acquisition."""
+        clock = ClockForecaster.fit(runs).table
+        model = cls(None, clock=clock, geometry=geometry, **options)
+        rows, targets = [], []
+        for run, acquired in runs:
+            if acquired is None:
+                continue
+            for fraction in fractions:
+                end = max(1, sum(1 for s in run.steps if s <= fraction * acquired))
+                view = run.prefix(end)
+                clock_step = model.clock.forecast(view)
+                rows.append(run_features(view, clock_step[0] if clock_step else None, geometry))
+                targets.append(math.log(acquired))
+        if len({len(row) for row in rows}) > 1:  # runs with different layer counts: geometry features don't line up
+            width = min(len(row) for row in rows)
+            rows = [row[:width] for row in rows]
+        x = np.hstack([np.array(rows), np.ones((len(rows), 1))])
+        y = np.array(targets)
+        penalty_matrix = penalty * np.eye(x.shape[1])
+        penalty_matrix[-1, -1] = 0.0
+        weights = np.linalg.solve(x.T @ x + penalty_matrix, x.T @ y)
+        residual = y - x @ weights
+        model.weights = weights.tolist()
+        model.scale = float(np.sqrt(residual @ residual / max(1, len(y) - x.shape[1])))
+        return model
+
+    def forecast(self, run: RunView) -> tuple[float, float, float] | None:
+        if self.weights is None:
+            return None
+        clock_step = self.clock.forecast(run)
+        features = run_features(run, clock_step[0] if clock_step else None, self.geometry)[: len(self.weights) - 1]
+        if len(features) != len(self.weights) - 1:
+            return None
+        log_step = float(np.dot(features, self.weights[:-1]) + self.weights[-1])
+        spread = 1.645 * self.scale
+        return (max(math.exp(log_step), run.step), max(math.exp(log_step - spread), run.step),
+                max(math.exp(log_step + spread), run.step))
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "weights": self.weights, "scale": self.scale, "clock": self.clock.table,
+                "geometry": self.geometry}

@@ -1,0 +1,369 @@
+r"""What a warning or a forecast is worth, on any folder of runs
+==============================================================
+
+    python -m capgeo_callbacks.scoring RUNS [--rules study loss-onset ...] [--seeds 0 1 2] [--markdown]
+    python -m capgeo_callbacks.scoring RUNS --registration registration.json   # held-out seeds, as registered
+
+Every rule is replayed on each run's summary evaluation by evaluation, exactly as it would have run live
+(:func:`~capgeo_callbacks.rules.replay`), on the same clock from step 0. A run's labels come from its own
+series (:func:`~capgeo_callbacks.detection.label_run`): acquisition (0.5 held for 3 evaluations), acquired
+fully, and learning onset (:func:`~capgeo_callbacks.detection.onset.learning_onset`). Controls are runs with
+shuffled answers or a named negative control.
+
+Per warning (a rule's first run alert): precision (alerted runs acquired later within the budget, over
+alerted runs), recall (runs acquired fully that were alerted before acquisition, over runs acquired fully),
+false alarms on controls and on runs never acquired, lead over acquisition (steps and share of the time to
+acquisition) and over learning onset; each rate with n and a Wilson 95% interval. Ties are reported as ties.
+
+Per forecaster: the median of ``|predicted - actual| / actual`` acquisition step at 10%, 25%, 50% and 75% of
+the time to acquisition, with a bootstrap 95% interval over runs; the share of actual steps inside the
+forecast interval and the interval's mean width (relative); and on runs never acquired, the share whose last
+forecast says "not within reach".
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capgeo_callbacks.detection import Chance, DetectionSettings, label_run
+from capgeo_callbacks.detection.onset import learning_onset
+from capgeo_callbacks.rules import Forecast, Rule, RunView, make_rule
+from capgeo_callbacks.stats import wilson
+from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary
+
+__all__ = ["FRACTIONS", "Rate", "ScoredRun", "forecast_scores", "load_runs", "warning_scores"]
+
+FRACTIONS = (0.1, 0.25, 0.5, 0.75)
+HELD_OUT_SEEDS = 100  # seeds from here on are held out: reported only against a registration made before them
+
+
+@dataclass(frozen=True)
+class Rate:
+    """k of n, with its Wilson 95% interval."""
+
+    k: int
+    n: int
+
+    @property
+    def value(self) -> float | None:
+        return self.k / self.n if self.n else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return wilson(self.k, self.n)
+
+    def __str__(self) -> str:
+        if not self.n:
+            return "- (n=0)"
+        low, high = self.interval  # type: ignore[misc]
+        return f"{self.k}/{self.n} = {self.k / self.n:.2f} [{low:.2f}, {high:.2f}]"
+
+
+@dataclass(frozen=True)
+class ScoredRun:
+    """A finished run as the scorer sees it: its series and its labels.
+
+    Attributes:
+        name: where it came from (file or folder).
+        view: its series (:class:`~capgeo_callbacks.rules.RunView`).
+        acquisition: the acquisition step (None: not acquired within the run).
+        acquired_fully: whether it was acquired fully.
+        onset: the learning-onset step (None: none).
+        control: shuffled answers or a named negative control (nothing to acquire).
+        summary: the whole summary.
+    """
+
+    name: str
+    view: RunView
+    acquisition: int | None
+    acquired_fully: bool
+    onset: int | None
+    control: bool
+    summary: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def seed(self) -> int | None:
+        seed = self.summary.get("seed")
+        return None if seed is None else int(seed)
+
+    @property
+    def task(self) -> str:
+        return f"{self.summary.get('task')}/{self.summary.get('difficulty')}"
+
+
+def summary_files(folder: Path) -> list[Path]:
+    """Every run summary under ``folder``: ``capgeo_summary.json`` (a run folder; the newest version of each run)
+    and ``*.json.gz`` (a committed corpus)."""
+    files = sorted(folder.rglob("*.json.gz"))
+    by_run: dict[Path, Path] = {}
+    for path in sorted(folder.rglob(SUMMARY_FILENAME)):
+        run = path.parent.parent if path.parent.name.startswith("version_") else path.parent
+        version = path.parent.name[8:] if path.parent.name.startswith("version_") else ""
+        best = by_run.get(run)
+        if best is None or (version.isdigit() and int(version) > int(best.parent.name[8:] or -1)):
+            by_run[run] = path
+    return files + sorted(by_run.values())
+
+
+def scored_run(summary: Mapping[str, Any], name: str) -> ScoredRun | None:
+    """A run's series and labels from its summary (None if it has fewer than two evaluations)."""
+    series = summary.get("series") or {}
+    acc = [p for p in series.get("acc", []) if p[1] is not None]
+    if len(acc) < 2:
+        return None
+    view = RunView.from_points(acc, series, summary)
+    settings = DetectionSettings.from_dict(summary.get("settings") or {})
+    chance = Chance.from_dict(summary["chance"]) if summary.get("chance") else None
+    labels = label_run(list(view.steps), list(view.values("acc")), settings)
+    onset = learning_onset(view.steps, view.values("val/logprob"), chance, view.warmup_steps or 0)
+    # a control has nothing to learn: shuffled answers, or a named negative control that stayed at chance (one that
+    # partly learned is labelled for what it did)
+    at_chance = label_run(list(view.steps), list(view.values("acc")), settings, chance=chance,
+                          token_acc=view.values("val/token_acc"), logprob=view.values("val/logprob")).at_chance
+    control = bool(summary.get("shuffled_answers") or (summary.get("negative_control") and at_chance))
+    return ScoredRun(name, view, labels.acquisition_step, labels.acquired_fully, onset, control, summary)
+
+
+def load_runs(folder: str | Path, seeds: Sequence[int] | None = None) -> list[ScoredRun]:
+    """Every run under ``folder`` (optionally only ``seeds``)."""
+    runs = []
+    for path in summary_files(Path(folder)):
+        run = scored_run(read_summary(path), str(path))
+        if run is not None and (seeds is None or run.seed in seeds):
+            runs.append(run)
+    return runs
+
+
+def first_warning(rule: Rule, run: RunView) -> int | None:
+    """The step of ``rule``'s first run alert on ``run`` (replayed until it fires), or None."""
+    alerts: list = []
+    for end in range(1, len(run.steps) + 1):
+        output = rule.update(run.prefix(end), alerts)
+        alerts += output.alerts
+        fired = [alert.step for alert in output.alerts if alert.kind == "run"]
+        if fired:
+            return fired[0]
+    return None
+
+
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0, "median": None, "q25": None, "q75": None}
+    q25, median, q75 = np.percentile(values, [25, 50, 75]).tolist()
+    return {"n": len(values), "median": median, "q25": q25, "q75": q75}
+
+
+def warning_scores(rule: Rule, runs: Sequence[ScoredRun]) -> dict[str, Any]:
+    """Precision, recall, false alarms and leads of ``rule``'s warning on ``runs`` (module docstring)."""
+    fired = {run.name: first_warning(rule, run.view) for run in runs}
+    alerted = [run for run in runs if fired[run.name] is not None]
+    true_alarms = [run for run in alerted if not run.control and run.acquisition is not None
+                   and fired[run.name] < run.acquisition]  # type: ignore[operator]
+    full = [run for run in runs if run.acquired_fully and not run.control]
+    caught = [run for run in full if fired[run.name] is not None and fired[run.name] < run.acquisition]  # type: ignore
+    never = [run for run in runs if run.acquisition is None and not run.control]
+    controls = [run for run in runs if run.control]
+    leads = [run.acquisition - fired[run.name] for run in caught]  # type: ignore[operator]
+    shares = [(run.acquisition - fired[run.name]) / run.acquisition for run in caught]  # type: ignore[operator]
+    onset_leads = [run.onset - fired[run.name] for run in caught if run.onset is not None]  # type: ignore[operator]
+    precision, recall = Rate(len(true_alarms), len(alerted)), Rate(len(caught), len(full))
+    f1 = (2 * precision.value * recall.value / (precision.value + recall.value)
+          if precision.value and recall.value else 0.0)
+    return {"rule": rule.name, "runs": len(runs), "precision": precision, "recall": recall, "f1": f1,
+            "false_alarms_controls": Rate(sum(fired[r.name] is not None for r in controls), len(controls)),
+            "false_alarms_never_acquired": Rate(sum(fired[r.name] is not None for r in never), len(never)),
+            "lead": _spread(leads), "lead_share": _spread(shares), "lead_over_onset": _spread(onset_leads),
+            "fired": fired}
+
+
+def _forecast_at(rule: Rule, run: RunView, step: float) -> Forecast | None:
+    end = sum(1 for s in run.steps if s <= step)
+    if end < 1:
+        return None
+    _, made = replay_last(rule, run.prefix(end))
+    return made
+
+
+def replay_last(rule: Rule, run: RunView) -> tuple[list, Forecast | None]:
+    """The rule's output at the last evaluation of ``run`` (its forecasts do not depend on earlier alerts)."""
+    output = rule.update(run, [])
+    return list(output.alerts), output.forecast
+
+
+def bootstrap_median(values: Sequence[float], draws: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """A percentile bootstrap 95% interval of the median."""
+    if not values:
+        return None
+    data = np.array(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(data, size=(draws, len(data)), replace=True), axis=1)
+    return float(np.quantile(medians, 0.025)), float(np.quantile(medians, 0.975))
+
+
+def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[float] = FRACTIONS) -> dict[str, Any]:
+    """Errors, interval coverage and width of ``rule``'s forecasts on ``runs`` (module docstring)."""
+    acquired = [run for run in runs if run.acquisition is not None and not run.control]
+    by_fraction: dict[str, Any] = {}
+    for fraction in fractions:
+        errors, covered, widths = [], [], []
+        for run in acquired:
+            made = _forecast_at(rule, run.view, fraction * run.acquisition)  # type: ignore[operator]
+            actual = float(run.acquisition)  # type: ignore[arg-type]
+            if made is None or made.predicted is None:
+                errors.append(math.inf)
+                continue
+            errors.append(abs(made.predicted - actual) / actual)
+            if made.low is not None and made.high is not None:
+                covered.append(made.low <= actual <= made.high)
+                widths.append((made.high - made.low) / actual)
+        finite = [e for e in errors if math.isfinite(e)]
+        by_fraction[f"{fraction:g}"] = {
+            "n": len(errors), "median_error": float(np.median(errors)) if errors else None,
+            "interval": bootstrap_median(errors) if finite else None, "no_forecast": len(errors) - len(finite),
+            "coverage": Rate(sum(covered), len(covered)),
+            "mean_width": float(np.mean([w for w in widths if math.isfinite(w)])) if widths else None}
+    never = [run for run in runs if run.acquisition is None]
+    beyond = 0
+    for run in never:
+        _, made = replay_last(rule, run.view)
+        beyond += made is not None and made.predicted is not None and math.isinf(made.predicted)
+    return {"rule": rule.name, "fractions": by_fraction, "never_acquired_beyond": Rate(beyond, len(never))}
+
+
+# ------------------------------------------------------------------------------------- registration
+
+
+def sha256_of(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def registered_before(registration: Path, commit: str | None) -> bool:
+    """Whether ``registration`` was committed in (an ancestor of) ``commit``, the code a run was made with."""
+    if not commit:
+        return False
+    root = registration.resolve().parent
+    try:
+        first = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", registration.name], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=30).stdout.split()
+        if not first:
+            return False
+        return subprocess.run(["git", "merge-base", "--is-ancestor", first[-1], commit], cwd=root,
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def held_out_check(runs: Sequence[ScoredRun], registration: Path | None) -> tuple[list[ScoredRun], list[str]]:
+    """The runs that may be reported: every calibration-seed run, and held-out runs (seed >= 100) only when they
+    carry ``registration``'s sha256 and were made with code that already held it. Returns (kept, why-dropped)."""
+    digest = sha256_of(registration) if registration is not None else None
+    kept, dropped = [], []
+    for run in runs:
+        if run.seed is None or run.seed < HELD_OUT_SEEDS:
+            kept.append(run)
+            continue
+        recorded = (run.summary.get("registration") or {}).get("sha256")
+        if digest is None:
+            dropped.append(f"{run.name}: held-out seed, and no --registration given")
+        elif recorded != digest:
+            dropped.append(f"{run.name}: made under registration {recorded}, not {digest}")
+        elif not registered_before(registration, run.summary.get("commit")):  # type: ignore[arg-type]
+            dropped.append(f"{run.name}: its commit {run.summary.get('commit')} does not contain the registration")
+        else:
+            kept.append(run)
+    return kept, dropped
+
+
+# ------------------------------------------------------------------------------------------- tables
+
+
+def warning_table(scores: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: one row per rule, best F1 first; rules with equal precision and recall share a rank."""
+    ordered = sorted(scores, key=lambda s: (-(s["f1"] or 0.0), -(s["precision"].value or 0.0), s["rule"]))
+    lines = ["| rank | rule | precision | recall (acquired fully) | false alarms: controls | false alarms: never "
+             "acquired | lead, steps (median [q25, q75]) | lead, share of time to acquisition | lead over onset |",
+             "| ---: | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rank, previous = 0, None
+    for i, s in enumerate(ordered):
+        key = (s["precision"].k, s["precision"].n, s["recall"].k, s["recall"].n)
+        rank = rank if key == previous else i + 1
+        previous = key
+        tie = " (tie)" if sum((o["precision"].k, o["precision"].n, o["recall"].k, o["recall"].n) == key
+                              for o in ordered) > 1 else ""
+        lines.append(f"| {rank}{tie} | {s['rule']} | {s['precision']} | {s['recall']} | "
+                     f"{s['false_alarms_controls']} | {s['false_alarms_never_acquired']} | {_cell(s['lead'])} | "
+                     f"{_cell(s['lead_share'], 2)} | {_cell(s['lead_over_onset'])} |")
+    return "\n".join(lines)
+
+
+def forecast_table(scores: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: median relative error [bootstrap 95%] at each fraction, coverage and width at 50%."""
+    fractions = list(next(iter(scores))["fractions"]) if scores else []
+    head = " | ".join(f"error at {float(f):.0%}" for f in fractions)
+    lines = [f"| forecaster | {head} | interval covers (at 50%) | mean width (at 50%) | never acquired: 'not "
+             "within reach' |", "| --- |" + " --- |" * (len(fractions) + 3)]
+    for s in scores:
+        cells = []
+        for f in fractions:
+            entry = s["fractions"][f]
+            median, interval = entry["median_error"], entry["interval"]
+            text = "-" if median is None else ("none" if math.isinf(median) else f"{median:.2f}")
+            if interval and math.isfinite(median or math.inf):
+                text += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+            cells.append(f"{text} (n={entry['n']})")
+        half = s["fractions"].get("0.5", {})
+        width = half.get("mean_width")
+        lines.append(f"| {s['rule']} | " + " | ".join(cells) + f" | {half.get('coverage', '-')} | "
+                     f"{'-' if width is None else f'{width:.2f}'} | {s['never_acquired_beyond']} |")
+    return "\n".join(lines)
+
+
+def _cell(spread: Mapping[str, Any], digits: int = 0) -> str:
+    if not spread["n"]:
+        return "- (n=0)"
+    fmt = f"{{:.{digits}f}}"
+    return (f"{fmt.format(spread['median'])} [{fmt.format(spread['q25'])}, {fmt.format(spread['q75'])}] "
+            f"(n={spread['n']})")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path, help="a folder of runs (run folders or *.json.gz summaries)")
+    parser.add_argument("--rules", nargs="+", default=["study", "geometry-guarded", "loss-onset",
+                                                       "logprob-emergence", "probe-crossing", "warmup-end",
+                                                       "clock-20"], help="rule names (capgeo_callbacks.rules.RULES)")
+    parser.add_argument("--forecasters", nargs="*", default=[], help="forecaster rule names")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds")
+    parser.add_argument("--registration", type=Path, default=None,
+                        help="the registration file held-out runs (seed >= 100) must carry")
+    args = parser.parse_args(argv)
+    try:
+        rules = [make_rule(name) for name in args.rules]
+        forecasters = [make_rule(name) for name in args.forecasters]
+    except ValueError as error:
+        parser.error(str(error))
+    runs, dropped = held_out_check(load_runs(args.runs, args.seeds), args.registration)
+    for reason in dropped:
+        print(f"left out: {reason}", file=sys.stderr)
+    print(f"{len(runs)} runs: {sum(r.acquisition is not None and not r.control for r in runs)} acquired "
+          f"({sum(r.acquired_fully and not r.control for r in runs)} fully), {sum(r.control for r in runs)} controls, "
+          f"{sum(r.acquisition is None and not r.control for r in runs)} never acquired\n")
+    print(warning_table([warning_scores(rule, runs) for rule in rules]))
+    if forecasters:
+        print()
+        print(forecast_table([forecast_scores(rule, runs) for rule in forecasters]))
+
+
+if __name__ == "__main__":
+    main()
