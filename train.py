@@ -9,6 +9,8 @@ the precursor verdict at the end.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib
 import json
 import logging
 import math
@@ -39,6 +41,7 @@ from capgeo_callbacks import (
     RankMeMonitor,
 )
 from capgeo_callbacks.detection import detect_hold, split_points
+from capgeo_callbacks.rules import Rule, StudyRule
 from capgeo_callbacks.schedule import SCHEDULES
 from capgeo_callbacks.selectors import SELECTORS
 from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, verdict_table, write_summary
@@ -61,6 +64,7 @@ PROBE_ROWS = 2048  # probe rows per layer, at most: answer positions (labels are
 MIN_VAL_EXAMPLES = 512  # every evaluation split holds at least 512 distinct questions
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
 SETTINGS = DetectionSettings(validation_size=MIN_VAL_EXAMPLES)  # the study's rule; labels on 512 questions
+REGISTRATION = Path(__file__).resolve().parent / "study" / "registration.json"  # the frozen default rules
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -100,6 +104,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--task-params", default=None, metavar="JSON",
                         help="override the level's parameters (calibration), e.g. '{\"digits\": 6}'; the summary "
                              "records the parameters used")
+    parser.add_argument("--registration", default=str(REGISTRATION), metavar="FILE",
+                        help="a registration of the warning and forecaster (python -m study.forecast register): run "
+                             "them live beside the study's rule and record the file's sha256 ('none': the study's rule "
+                             "only)")
     parser.add_argument("--shuffle-answers", action="store_true",
                         help="a negative control: training answers permuted across each batch, so nothing can be "
                              "learned (validation keeps the true answers)")
@@ -152,6 +160,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     unknown = [name for name in args.extra_selectors if name not in SELECTORS]
     if unknown:
         parser.error(f"unknown selector(s) {', '.join(unknown)} in --extra-selectors; valid: {', '.join(SELECTORS)}")
+    try:
+        args.registered = registered_rules(args.registration)
+    except (OSError, ValueError, KeyError, ImportError, AttributeError) as err:
+        parser.error(f"--registration {args.registration}: {err}")
     args.devices = int(args.devices) if args.devices.isdigit() else args.devices
     args.name = args.name or f"{args.task}-{args.difficulty}-{args.size}-s{args.seed}"
     return args
@@ -191,7 +203,8 @@ MEASURE_CALLBACKS: dict[str, type[Callback]] = {
 
 
 def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
-                            extra_selectors: Sequence[str] = (), answer_len: int | None = None) -> list[Callback]:
+                            extra_selectors: Sequence[str] = (), answer_len: int | None = None,
+                            rules: Sequence[Rule] = ()) -> list[Callback]:
     """The capgeo callbacks for the chosen measures (built from :data:`MEASURE_OPTIONS`), with the
     precursor detector when any measure is on. Each of ``extra_selectors`` adds a RankMe monitor with that
     token selector under the tag prefix ``rankme_<selector>`` (detection reads the default ``rankme/``)."""
@@ -202,8 +215,28 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
     callbacks += [RankMeMonitor(**{**options["rankme"], "selector": selector, "prefix": f"rankme_{selector}"})
                   for selector in extra_selectors if selector != options["rankme"]["selector"]]
     # always: it records every scalar and writes the summary, with or without measures
-    callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info, settings=SETTINGS))
+    callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info, settings=SETTINGS,
+                                       rules=[StudyRule(SETTINGS), *rules]))
     return callbacks
+
+
+def registered_rules(path: str) -> tuple[list[Rule], dict[str, Any] | None]:
+    """The warning and forecaster a registration file freezes, and what the summary records of it (its sha256);
+    none for ``none`` or a default file that does not exist yet."""
+    if path == "none" or (path == str(REGISTRATION) and not REGISTRATION.exists()):
+        return [], None
+    data = Path(path).read_bytes()
+    registration = json.loads(data)
+    rules = []
+    for role in ("warning", "forecaster"):
+        entry = registration[role]
+        module, _, name = entry["class"].rpartition(".")
+        rule = getattr(importlib.import_module(module), name).from_settings(entry["settings"])
+        rule.name = entry["name"]
+        if all(rule.name != other.name for other in rules):
+            rules.append(rule)
+    return rules, {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(),
+                   "warning": registration["warning"]["name"], "forecaster": registration["forecaster"]["name"]}
 
 
 def provenance() -> dict[str, Any]:
@@ -378,8 +411,9 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,
                        "test_size": datamodule.test_size, "eval_batch_size": datamodule.eval_batch_size},
     }
+    rules, run_info["registration"] = args.registered
     measures = build_measure_callbacks(args.measure_names, run_info=run_info, extra_selectors=args.extra_selectors,
-                                       answer_len=datamodule.answer_len)
+                                       answer_len=datamodule.answer_len, rules=rules)
     if args.stop_when_learned:
         measures.append(StopWhenLearned(args.evals_after_learned))
     trainer = build_trainer(args, [*measures, *callbacks], logger)

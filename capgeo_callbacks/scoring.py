@@ -163,9 +163,15 @@ def _spread(values: Sequence[float]) -> dict[str, Any]:
     return {"n": len(values), "median": median, "q25": q25, "q75": q75}
 
 
-def warning_scores(rule: Rule, runs: Sequence[ScoredRun]) -> dict[str, Any]:
-    """Precision, recall, false alarms and leads of ``rule``'s warning on ``runs`` (module docstring)."""
-    fired = {run.name: first_warning(rule, run.view) for run in runs}
+def warning_scores(rule: Rule | str, runs: Sequence[ScoredRun], fired: Mapping[str, int | None] | None = None
+                   ) -> dict[str, Any]:
+    """Precision, recall, false alarms and leads of ``rule``'s warning on ``runs`` (module docstring). ``fired``:
+    each run's first alert step when already known (e.g. from cross-validated models); ``rule`` may then be a name."""
+    if fired is None:
+        if isinstance(rule, str):
+            raise ValueError("a rule name alone needs fired=")
+        fired = {run.name: first_warning(rule, run.view) for run in runs}
+    name = rule if isinstance(rule, str) else rule.name
     alerted = [run for run in runs if fired[run.name] is not None]
     true_alarms = [run for run in alerted if not run.control and run.acquisition is not None
                    and fired[run.name] < run.acquisition]  # type: ignore[operator]
@@ -179,11 +185,11 @@ def warning_scores(rule: Rule, runs: Sequence[ScoredRun]) -> dict[str, Any]:
     precision, recall = Rate(len(true_alarms), len(alerted)), Rate(len(caught), len(full))
     f1 = (2 * precision.value * recall.value / (precision.value + recall.value)
           if precision.value and recall.value else 0.0)
-    return {"rule": rule.name, "runs": len(runs), "precision": precision, "recall": recall, "f1": f1,
+    return {"rule": name, "runs": len(runs), "precision": precision, "recall": recall, "f1": f1,
             "false_alarms_controls": Rate(sum(fired[r.name] is not None for r in controls), len(controls)),
             "false_alarms_never_acquired": Rate(sum(fired[r.name] is not None for r in never), len(never)),
             "lead": _spread(leads), "lead_share": _spread(shares), "lead_over_onset": _spread(onset_leads),
-            "fired": fired}
+            "fired": dict(fired)}
 
 
 def _forecast_at(rule: Rule, run: RunView, step: float) -> Forecast | None:
@@ -210,8 +216,10 @@ def bootstrap_median(values: Sequence[float], draws: int = 2000, seed: int = 0) 
     return float(np.quantile(medians, 0.025)), float(np.quantile(medians, 0.975))
 
 
-def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[float] = FRACTIONS) -> dict[str, Any]:
-    """Errors, interval coverage and width of ``rule``'s forecasts on ``runs`` (module docstring)."""
+def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[float] = FRACTIONS,
+                    keep_errors: bool = False) -> dict[str, Any]:
+    """Errors, interval coverage and width of ``rule``'s forecasts on ``runs`` (module docstring); with
+    ``keep_errors``, each fraction's entry also holds every run's error (``errors``)."""
     acquired = [run for run in runs if run.acquisition is not None and not run.control]
     by_fraction: dict[str, Any] = {}
     for fraction in fractions:
@@ -231,7 +239,8 @@ def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[f
             "n": len(errors), "median_error": float(np.median(errors)) if errors else None,
             "interval": bootstrap_median(errors) if finite else None, "no_forecast": len(errors) - len(finite),
             "coverage": Rate(sum(covered), len(covered)),
-            "mean_width": float(np.mean([w for w in widths if math.isfinite(w)])) if widths else None}
+            "mean_width": float(np.mean([w for w in widths if math.isfinite(w)])) if widths else None,
+            **({"errors": errors} if keep_errors else {})}
     never = [run for run in runs if run.acquisition is None]
     beyond = 0
     for run in never:

@@ -178,3 +178,12 @@ def test_a_committed_corpus_run_replays_through_the_tracker() -> None:
         tracker.update(step, acc, measured={tag: [p for p in pts if p[0] <= step] for tag, pts in measured.items()})
         assert i < len(series["acc"])
     assert [a["step"] for a in summary["alerts"]] == [a.step for a in tracker.alerts]
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_every_rule_rebuilds_from_its_settings(name: str) -> None:
+    """What a registration file freezes is enough to rebuild the same rule."""
+    rule = make_rule(name)
+    settings = json.loads(json.dumps(rule.settings()))
+    rebuilt = type(rule).from_settings(settings)
+    assert rebuilt.settings() == rule.settings() and rebuilt.name == rule.name

@@ -144,8 +144,14 @@ class Rule(ABC):
         """The rule's output at the latest evaluation of ``run``, given the alerts it raised before."""
 
     def settings(self) -> dict[str, Any]:
-        """The rule's settings as a JSON-able dict (what a registration file freezes)."""
+        """The rule's settings as a JSON-able dict (what a registration file freezes); ``from_settings`` of the
+        same class rebuilds the rule from it."""
         return {}
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> Rule:
+        """The rule :meth:`settings` describes."""
+        return cls(**settings)
 
     def alert(self, run: RunView, evidence: str, layer: str = "") -> Alert:
         """A run alert of this rule at the latest evaluation, with its evidence in words."""

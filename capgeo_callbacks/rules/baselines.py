@@ -63,7 +63,7 @@ class ClockRule(Rule):
         return RuleOutput(alerts=[self.alert(run, f"the clock reached step {due:g}")])
 
     def settings(self) -> dict[str, Any]:
-        return {"fraction": self.fraction, "step": self.at_step}
+        return {"fraction": self.fraction, "step": self.at_step, "name": self.name}
 
 
 class WarmupEndRule(Rule):

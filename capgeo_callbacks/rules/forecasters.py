@@ -108,8 +108,9 @@ class ClockForecaster(ForecastRule):
 
     name = "clock"
 
-    def __init__(self, table: Mapping[str, Sequence[float]] | None = None, horizon: float | None = 300) -> None:
-        super().__init__(horizon)
+    def __init__(self, table: Mapping[str, Sequence[float]] | None = None, horizon: float | None = 300,
+                 threshold: float = 0.5) -> None:
+        super().__init__(horizon, threshold)
         self.table = {key: [float(v) for v in values] for key, values in (table or {}).items()}
 
     @classmethod
@@ -172,8 +173,9 @@ class ThresholdForecaster(ForecastRule):
     """
 
     def __init__(self, quantity: str = "token_acc", window: float = 0.5,
-                 targets: Mapping[str, float] | None = None, horizon: float | None = 300) -> None:
-        super().__init__(horizon)
+                 targets: Mapping[str, float] | None = None, horizon: float | None = 300,
+                 threshold: float = 0.5) -> None:
+        super().__init__(horizon, threshold)
         if quantity not in ("token_acc", "logprob"):
             raise ValueError(f"quantity must be token_acc or logprob, got {quantity!r}")
         if not 0 < window <= 1:
@@ -264,8 +266,8 @@ class CurveForecaster(ForecastRule):
     name = "curve-families"
 
     def __init__(self, families: Sequence[str] = tuple(FAMILIES), draws: int = 64, horizon: float | None = 300,
-                 seed: int = 0, every: int = 8) -> None:
-        super().__init__(horizon)
+                 seed: int = 0, every: int = 8, threshold: float = 0.5) -> None:
+        super().__init__(horizon, threshold)
         unknown = [name for name in families if name not in FAMILIES]
         if unknown or not families:
             raise ValueError(f"unknown curve families {unknown}; valid: {', '.join(FAMILIES)}")
@@ -313,8 +315,9 @@ class CurveForecaster(ForecastRule):
                 continue
         if not centres:
             return None
-        every = np.array(crossings or centres)
-        return (float(np.median(centres)), float(np.quantile(every, 0.1)), float(np.quantile(every, 0.9)))
+        every = sorted(crossings or centres)  # inf sorts last: a quantile by position keeps it inf, never NaN
+        at = lambda q: float(every[min(len(every) - 1, int(q * len(every)))])  # noqa: E731
+        return float(sorted(centres)[(len(centres) - 1) // 2]), at(0.1), at(0.9)
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "families": list(self.families), "draws": self.draws, "seed": self.seed,
@@ -355,8 +358,8 @@ class RidgeForecaster(ForecastRule):
 
     def __init__(self, weights: Sequence[float] | None = None, scale: float = 0.3,
                  clock: Mapping[str, Sequence[float]] | None = None, geometry: bool = False,
-                 horizon: float | None = 300) -> None:
-        super().__init__(horizon)
+                 horizon: float | None = 300, threshold: float = 0.5) -> None:
+        super().__init__(horizon, threshold)
         self.weights = None if weights is None else [float(w) for w in weights]
         self.scale, self.geometry = float(scale), bool(geometry)
         self.clock = ClockForecaster(clock)

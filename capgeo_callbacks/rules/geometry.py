@@ -9,7 +9,7 @@ evaluation-to-evaluation noise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -45,6 +45,12 @@ class StudyRule(Rule):
 
     def settings(self) -> dict[str, Any]:
         return {"detection": self.detection.to_dict(), "rankme_prefix": self.rankme_prefix}
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> StudyRule:
+        values = dict(settings)
+        values["settings"] = DetectionSettings.from_dict(values.pop("detection", {}))
+        return cls(**values)
 
 
 class GeometryRule(StudyRule):
