@@ -10,7 +10,14 @@ schedule to the end (until 0.9 has held), to see whether acquisition moves too.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from study.runner import ROOT, Job
+
+CORPUS = ROOT / "corpus" / "ablation"
+DOC = ROOT / "docs" / "ablation.md"
+FIGURE = ROOT / "docs" / "ablation.png"
 
 LOGDIR = ROOT / "runs" / "ablation"
 TASKS = ("sort", "copy", "mul")
@@ -43,6 +50,115 @@ def ablation_jobs() -> list[Job]:
     return jobs
 
 
+def export(runs: Path = LOGDIR) -> int:
+    """Each finished ablation run's summary, gzipped, to ``corpus/ablation/<schedule>/<run>.json.gz``."""
+    from study.corpus import write_packed
+    from study.runner import summary_of
+
+    count = 0
+    for job in ablation_jobs():
+        schedule = job.logdir.name
+        summary = summary_of(Job(job.name, job.argv, runs / schedule))
+        if summary is not None:
+            write_packed(summary, CORPUS / schedule / f"{job.name}.json.gz")
+            count += 1
+    return count
+
+
+def troughs(summary: dict[str, Any], until: int = STOP) -> dict[str, tuple[int, float, float]]:
+    """Per layer: the step of RankMe's minimum up to ``until``, its value, and the drop from the highest value
+    before it (as a share of that peak)."""
+    out = {}
+    for tag, points in summary["series"].items():
+        if not tag.startswith("rankme/"):
+            continue
+        early = [(int(step), value) for step, value in points if step <= until and value is not None]
+        if len(early) < 3:
+            continue
+        low = min(range(len(early)), key=lambda i: early[i][1])
+        peak = max(value for _, value in early[: low + 1])
+        out[tag[len("rankme/"):]] = (early[low][0], early[low][1], 1 - early[low][1] / peak if peak else 0.0)
+    return out
+
+
+def table() -> str:
+    """Trough step and depth per layer against the schedule (median over seeds, with the range), and the
+    acquisition step of the runs to the end."""
+    import statistics
+
+    from capgeo_callbacks.summary import read_summary
+
+    rows = {}
+    for schedule in SCHEDULES:
+        for path in sorted((CORPUS / schedule).glob("*.json.gz")):
+            summary = read_summary(path)
+            if path.name.endswith("-full.json.gz"):
+                rows.setdefault(("full", schedule), []).append(summary)
+            else:
+                rows.setdefault((summary["task"], schedule), []).append(summary)
+    lines = ["| task | schedule | seeds | layer | trough step: median [min, max] | drop from the peak before it |",
+             "| --- | --- | ---: | --- | --- | --- |"]
+    for (task, schedule), summaries in rows.items():
+        if task == "full":
+            continue
+        per_layer: dict[str, list[tuple[int, float, float]]] = {}
+        for summary in summaries:
+            for layer, found in troughs(summary).items():
+                per_layer.setdefault(layer, []).append(found)
+        for layer, found in per_layer.items():
+            steps = [f[0] for f in found]
+            drops = [f[2] for f in found]
+            lines.append(f"| {task} | {schedule} | {len(found)} | {layer} | {statistics.median(steps):.0f} "
+                         f"[{min(steps)}, {max(steps)}] | {statistics.median(drops):.0%} [{min(drops):.0%}, "
+                         f"{max(drops):.0%}] |")
+    lines += ["", f"`{FULL_TASK}` seed 0 to the end under each schedule:", "",
+              "| schedule | acquisition step | holds 0.9 from | steps run |", "| --- | ---: | ---: | ---: |"]
+    for schedule in SCHEDULES:
+        for summary in rows.get(("full", schedule), []):
+            labels = summary.get("labels") or {}
+            lines.append(f"| {schedule} | {labels.get('acquisition_step') or '-'} | {labels.get('full_step') or '-'} "
+                         f"| {summary.get('steps')} |")
+    return "\n".join(lines)
+
+
+def figure(path: Path = FIGURE) -> Path:
+    """RankMe of every layer over the first 600 steps, one panel per schedule (sort, seed 0), the learning rate
+    beneath, the trough marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from capgeo_callbacks.summary import read_summary
+
+    fig, axes = plt.subplots(2, len(SCHEDULES), figsize=(3.2 * len(SCHEDULES), 5), sharex=True,
+                             gridspec_kw={"height_ratios": [3, 1]})
+    for column, schedule in enumerate(SCHEDULES):
+        path_ = CORPUS / schedule / f"{TASKS[0]}-s0.json.gz"
+        if not path_.exists():
+            continue
+        summary = read_summary(path_)
+        top, bottom = axes[0][column], axes[1][column]
+        for tag, points in summary["series"].items():
+            if tag.startswith("rankme/"):
+                steps, values = zip(*[(s, v) for s, v in points if s <= STOP], strict=True)
+                line, = top.plot(steps, values, label=tag[len("rankme/"):])
+                trough = troughs(summary)[tag[len("rankme/"):]]
+                top.plot(trough[0], trough[1], "v", color=line.get_color())
+        steps, values = zip(*[(s, v) for s, v in summary["series"]["lr"] if s <= STOP], strict=True)
+        bottom.plot(steps, values, color="black")
+        top.set_title(schedule)
+        bottom.set_xlabel("step")
+        if column == 0:
+            top.set_ylabel("RankMe")
+            bottom.set_ylabel("learning rate")
+            top.legend(fontsize=7)
+    fig.suptitle(f"{TASKS[0]} hard, seed 0: RankMe's trough against the learning-rate schedule")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import os
@@ -54,10 +170,24 @@ def main(argv: list[str] | None = None) -> None:
     run = commands.add_parser("run", help="run the ablation (resumable)")
     run.add_argument("--workers", type=int, default=2)
     run.add_argument("--nice", type=int, default=5)
+    exporter = commands.add_parser("export", help="gzip finished runs into corpus/ablation/")
+    exporter.add_argument("--runs", type=Path, default=LOGDIR)
+    commands.add_parser("table", help="the table and figure -> docs/ablation.md, docs/ablation.png")
     args = parser.parse_args(argv)
     if args.command == "run":
         os.nice(args.nice)
         run_jobs(ablation_jobs(), workers=args.workers)
+        print(f"{export()} runs exported")
+    elif args.command == "export":
+        print(f"{export(args.runs)} runs exported")
+    else:
+        figure()
+        DOC.write_text("# Warm-up ablation: does the early RankMe collapse follow the learning-rate schedule?\n\n"
+                       "Generated by `python -m study.ablation table` from `corpus/ablation/` (runs: `python -m "
+                       "study.ablation run`). " + (__doc__ or "").split("\n\n")[2].replace("\n", " ") + "\n\n"
+                       "![RankMe per layer over the first 600 steps under each schedule](ablation.png)\n\n"
+                       + table() + "\n")
+        print(DOC.read_text())
 
 
 if __name__ == "__main__":

@@ -137,6 +137,69 @@ def corpus_summaries(corpus: Path = CORPUS, phases: Sequence[str] = PHASES) -> l
     return [(phase, read_summary(path)) for phase in phases for path in sorted((corpus / phase).glob("*.json.gz"))]
 
 
+LABEL_DOC = ROOT / "docs" / "corpus.md"
+
+
+def label_rows(corpus: Path = CORPUS) -> list[dict[str, Any]]:
+    """One row per committed run of every phase: what it is and what it learned (the labels its summary holds)."""
+    rows = []
+    for phase in ("calibration", *PHASES, "heldout"):
+        for path in sorted((corpus / phase).rglob("*.json.gz")):
+            s = read_summary(path)
+            labels = s.get("labels") or {}
+            holds = labels.get("holds") or {}
+            rows.append({"phase": phase, "run": path.name[:-len(".json.gz")], "task": s.get("task"),
+                         "difficulty": s.get("difficulty"), "size": s.get("size"), "seed": s.get("seed"),
+                         "shuffled": bool(s.get("shuffled_answers")), "max_acc": labels.get("max_acc"),
+                         "at_0.5": holds.get("0.5") is not None, "at_0.6": holds.get("0.6") is not None,
+                         "fully": bool(labels.get("acquired_fully")), "late": labels.get("late"),
+                         "at_chance": labels.get("at_chance"), "outcome": labels.get("outcome"),
+                         "cpu_seconds": s.get("cpu_seconds"), "machine": s.get("machine")})
+    return rows
+
+
+def label_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The label table (Markdown): per phase the counts with Wilson intervals, the 0.5 / 0.6 agreement, and
+    one line per run."""
+    from capgeo_callbacks.scoring import Rate
+
+    lines = ["| phase | runs | acquired at 0.5 | at 0.6 | fully | late (of acquired) | controls at chance | "
+             "labels at 0.5 and 0.6 agree (acquired at either) |", "| --- | ---: | --- | --- | --- | --- | --- | --- |"]
+    for phase in dict.fromkeys(row["phase"] for row in rows):
+        group = [row for row in rows if row["phase"] == phase]
+        learn = [row for row in group if not row["shuffled"]]
+        acquired = [row for row in learn if row["at_0.5"]]
+        either = [row for row in learn if row["at_0.5"] or row["at_0.6"]]
+        controls = [row for row in group if row["shuffled"]]
+        lines.append(f"| {phase} | {len(group)} | {Rate(len(acquired), len(learn))} | "
+                     f"{Rate(sum(r['at_0.6'] for r in learn), len(learn))} | "
+                     f"{Rate(sum(r['fully'] for r in learn), len(learn))} | "
+                     f"{Rate(sum(bool(r['late']) for r in acquired), len(acquired))} | "
+                     f"{Rate(sum(bool(r['at_chance']) for r in controls), len(controls))} | "
+                     f"{Rate(sum(r['at_0.5'] == r['at_0.6'] for r in either), len(either))} |")
+    lines += ["", "| phase | run | max acc | 0.5 | 0.6 | fully | late | at chance | outcome | CPU s | machine |",
+              "| --- | --- | ---: | --- | --- | --- | --- | --- | --- | ---: | --- |"]
+    mark = lambda value: "-" if value is None else ("yes" if value else "no")  # noqa: E731
+    for row in rows:
+        lines.append(f"| {row['phase']} | {row['run']} | {row['max_acc'] or 0:.3f} | {mark(row['at_0.5'])} | "
+                     f"{mark(row['at_0.6'])} | {mark(row['fully'])} | {mark(row['late'])} | {mark(row['at_chance'])} | "
+                     f"{row['outcome']} | {row['cpu_seconds'] or 0:.0f} | {row['machine']} |")
+    return "\n".join(lines)
+
+
+def cost_table(rows: Sequence[dict[str, Any]]) -> str:
+    """CPU hours per phase and machine, from what each run recorded (a resumed run adds its earlier parts)."""
+    tally: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        entry = tally.setdefault((row["phase"], str(row["machine"])), [0, 0.0])
+        entry[0] += 1
+        entry[1] += float(row["cpu_seconds"] or 0) / 3600
+    lines = ["| phase | machine | runs | CPU hours |", "| --- | --- | ---: | ---: |"]
+    lines += [f"| {phase} | {machine} | {n} | {hours:.2f} |" for (phase, machine), (n, hours) in sorted(tally.items())]
+    lines.append(f"| all | | {sum(n for n, _ in tally.values())} | {sum(h for _, h in tally.values()):.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -145,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--workers", type=int, default=2)
     run.add_argument("--nice", type=int, default=5, help="run at this niceness (the machine stays usable)")
     commands.add_parser("export", help="gzip finished summaries into corpus/")
+    commands.add_parser("labels", help="the label table and the corpus' CPU cost -> docs/corpus.md")
     imports = commands.add_parser("import", help="file the summaries a device batch brought back")
     imports.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
@@ -155,6 +219,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"== phase {phase}: {len(jobs)} runs not in the corpus yet", flush=True)
             run_jobs(jobs, workers=args.workers)
             print(f"{export()} runs exported to {CORPUS}", flush=True)  # committed as each phase finishes
+    elif args.command == "labels":
+        rows = label_rows()
+        LABEL_DOC.write_text("# The corpus: what each run learned\n\nGenerated by `python -m study.corpus labels` "
+                             "from the committed summaries (`corpus/<phase>/`); definitions in docs/design.md, "
+                             "\"Labels\".\n\n"
+                             + label_table(rows).split("\n\n")[0] + "\n\n## CPU cost\n\n" + cost_table(rows)
+                             + "\n\n## Every run\n\n" + label_table(rows).split("\n\n")[1] + "\n")
+        print(LABEL_DOC.read_text()[:3000])
     elif args.command == "import":
         print(import_packed(args.folder))
     elif args.command == "export":
