@@ -126,6 +126,7 @@ def wandb_records(run_dir: Path) -> list[Any]:
             continue
         _, length, kind = struct.unpack("<IHB", data[position:position + 7])
         chunk = data[position + 7:position + 7 + length]
+        assert len(chunk) == length, f"a chunk cut short at offset {position} (the file is still being written)"
         position += 7 + length
         if kind == 0:
             break
@@ -152,9 +153,16 @@ def items(entries: Any) -> dict[str, Any]:
 def test_wandb_offline(tmp_path: Path) -> None:
     wandb = pytest.importorskip("wandb")
     run(WandbLogger(project="capgeo-tests", save_dir=str(tmp_path), offline=True), tmp_path)
+    # finish() returns once the core has taken the exit record, but the core keeps the .wandb file's last
+    # 32 KiB block in memory and writes it when it closes the run's stream, after an inform_finish that finish()
+    # only publishes (no reply): on a busy machine the file still held just its header here. teardown() waits
+    # for the core process to exit, which it does only after closing that stream (the connection's requests are
+    # handled in order), so the file is complete after it.
     wandb.finish()
+    wandb.teardown()
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     records = wandb_records(run_dir)
+    assert records and records[-1].WhichOneof("record_type") == "exit", "the .wandb file is not complete"
     of_type = lambda kind: [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]  # noqa: E731
     history = [items(row.item) for row in of_type("history")]
 

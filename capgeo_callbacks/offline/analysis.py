@@ -31,7 +31,7 @@ from capgeo_callbacks.offline.revisions import (
     weights_sha256,
 )
 from capgeo_callbacks.selectors import ANSWER_SELECTORS, SELECTORS, Selector, selector_name, validate_selector
-from capgeo_callbacks.summary import alert_message, build_summary, json_safe
+from capgeo_callbacks.summary import alert_message, build_summary, json_safe, read_summary
 
 __all__ = ["DEFAULT_NUM_ROWS", "analyze"]
 
@@ -260,6 +260,11 @@ def _offline_summary(
             if points:  # as live: a measure never taken has no series
                 series[f"{prefix}{label}"] = points
     logprob = [[r["step"], r["logprob"]] for r in results if math.isfinite(r["logprob"])]
+    # what a checkpoint cannot tell (the training loss, the learning rate, per-token scores): the live record's
+    recorded = (read_summary(record.summary_path).get("series") or {}) if record.summary_path else {}
+    measured_here = {"acc", logprob_monitor or "logprob", *series}
+    series.update({tag: points for tag, points in recorded.items()
+                   if tag not in measured_here and not tag.startswith((RANKME_PREFIX, PROBE_PREFIX))})
     rankme_by_layer = {tag[len(RANKME_PREFIX):]: align(points, steps)
                        for tag, points in series.items() if tag.startswith(RANKME_PREFIX)}
     monitor_name = monitor if kind == "lightning" else "probe_set/acc"

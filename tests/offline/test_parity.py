@@ -68,7 +68,10 @@ def test_live_and_offline_summaries_of_one_run_are_equal(trained_run: TrainedRun
     assert set(offline["layers"]) == {"blocks.0", "blocks.1", "norm_f"}
     assert offline["rows"] == {f"{p}/{layer}": NUM_ROWS for p in ("rankme", "probe_acc") for layer in offline["layers"]}
     assert offline["selectors"] == {"rankme": "answer", "probe_acc": "answer"}
-    assert {tag for tag in offline["series"]} == {"acc", "val/logprob", *offline["rows"]}
+    # measured again: accuracy, log-prob, RankMe and probes; carried from the live record: what a checkpoint
+    # cannot tell (the training loss, the learning rate) and the per-token scores
+    assert {tag for tag in offline["series"]} == {"acc", "val/logprob", *offline["rows"], "val/token_acc", "val/loss",
+                                                  "train/loss", "lr"}
     assert len(offline["series"]["acc"]) == len(detector.acc) == 9
 
     # measured as the live monitor did, from what the run recorded
