@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from capgeo_callbacks import (
     RankMeMonitor,
 )
 from capgeo_callbacks.detection import detect_hold, split_points
+from capgeo_callbacks.progress import StepProgressBar
 from capgeo_callbacks.rules import Rule, StudyRule
 from capgeo_callbacks.schedule import SCHEDULES
 from capgeo_callbacks.selectors import SELECTORS
@@ -331,10 +333,10 @@ class EvaluationCheckpoint(Callback):
         if self.keep_every_evaluation:  # the weights only: what offline analysis measures
             trainer.save_checkpoint(self.dirpath / f"step={trainer.global_step}.ckpt", weights_only=True)
         if self.evaluations % self.every_n_evals == 0:
-            trainer.save_checkpoint(self.path)  # every rank calls it; rank zero writes
+            trainer.save_checkpoint(self.path, weights_only=False)  # every rank calls it; rank zero writes
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)
 
     def state_dict(self) -> dict[str, Any]:
         return {"evaluations": self.evaluations}
@@ -364,7 +366,7 @@ def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: T
         devices=args.devices,
         strategy=args.strategy,
         logger=logger,
-        callbacks=[*callbacks, schedule, checkpoint],
+        callbacks=[*callbacks, schedule, checkpoint, *([] if args.no_progress else [StepProgressBar()])],
         enable_checkpointing=False,
         enable_progress_bar=not args.no_progress,
         enable_model_summary=False,
@@ -448,7 +450,17 @@ def print_summary(summary: dict[str, Any], trainer: pl.Trainer) -> None:
         print(verdict_table(summary))
 
 
+def quiet_lightning() -> None:
+    """Keep the command's output about the run: Lightning's notices about its own set-up (accelerators found,
+    a logger tip, the validation cadence that EvaluationSchedule replaces) and its internal deprecation
+    warnings are not."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=Warning)
+
+
 if __name__ == "__main__":
+    quiet_lightning()
     torch.set_float32_matmul_precision("high")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     try:

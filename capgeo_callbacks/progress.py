@@ -1,0 +1,93 @@
+"""A progress bar that counts optimizer steps out of the budget and shows what capgeo watches.
+
+Lightning's bar counts batches of an epoch; a run over an endless stream of batches has no epochs to count,
+so it shows ``Epoch 0/-2`` and an unknown total. :class:`StepProgressBar` shows ``step k/max_steps`` and,
+beside the logged progress-bar metrics, the latest accuracy, the deepest watched layer's RankMe and the
+default forecast of the acquisition step (from the :class:`~capgeo_callbacks.PrecursorDetector` if there is
+one).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import TQDMProgressBar
+from typing_extensions import override
+
+__all__ = ["StepProgressBar"]
+
+
+class StepProgressBar(TQDMProgressBar):
+    """:class:`~lightning.pytorch.callbacks.TQDMProgressBar` over optimizer steps (module docstring).
+
+    Example::
+
+        Trainer(max_steps=3000, callbacks=[StepProgressBar(), RankMeMonitor(), PrecursorDetector()])
+    """
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if self._leave:
+            self.train_progress_bar = self.init_train_tqdm()
+        bar = self.train_progress_bar
+        bar.set_description("step", refresh=False)
+        bar.reset(total=trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None)
+        bar.n = trainer.global_step  # a resumed run starts where it stopped
+
+    # validations (about 256 a run) update the step bar's figures instead of drawing bars of their own
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn != "fit":
+            super().on_validation_start(trainer, pl_module)
+
+    @override
+    def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                                  batch_idx: int, dataloader_idx: int = 0) -> None:
+        if trainer.state.fn != "fit":
+            super().on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        if trainer.state.fn != "fit":
+            super().on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn != "fit":
+            super().on_validation_end(trainer, pl_module)
+        elif self._train_progress_bar is not None:
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+    @override
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        bar = self.train_progress_bar
+        if bar is None or not self._should_update(trainer.global_step, bar.total):
+            return
+        bar.n = trainer.global_step
+        bar.refresh()
+        bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+    @override
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, int | str | float]:
+        metrics = {key: value for key, value in super().get_metrics(trainer, pl_module).items() if key != "v_num"}
+        from capgeo_callbacks.callbacks.precursor_detector import PrecursorDetector
+
+        detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
+        if detector is None:
+            return metrics
+        rankme = detector.rankme_series(trainer)
+        if rankme:
+            deepest, points = list(rankme.items())[-1]
+            if points:
+                metrics[f"rankme {deepest}"] = f"{points[-1][1]:.1f}"
+        forecasts = [made[-1] for made in detector.tracker.forecasts.values() if made]
+        if forecasts:
+            latest = forecasts[-1]
+            predicted = latest.predicted
+            metrics[f"forecast ({latest.rule})"] = ("-" if predicted is None else "beyond reach"
+                                                   if math.isinf(predicted) else f"step {predicted:.0f}")
+        return metrics
