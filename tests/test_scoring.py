@@ -1,0 +1,129 @@
+"""The scorer on constructed runs whose answers are known: precision, recall, false alarms, leads, forecast
+errors, and the held-out check against a registration."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from capgeo_callbacks.detection import Alert
+from capgeo_callbacks.rules import Forecast, Rule, RuleOutput, RunView
+from capgeo_callbacks.scoring import (
+    Rate,
+    forecast_scores,
+    held_out_check,
+    load_runs,
+    main,
+    warning_scores,
+    warning_table,
+)
+from capgeo_callbacks.summary import write_summary
+from capgeo_callbacks.tracking import RunTracker
+
+STEPS = list(range(0, 1000, 50))  # 20 evaluations
+
+
+def write_run(folder: Path, name: str, acc: Sequence[float], seed: int = 0, **info: object) -> None:
+    tracker = RunTracker(rules=[], run_info={"task": "t", "difficulty": "hard", "seed": seed, "max_steps": 1000,
+                                             "warmup_steps": 50, **info})
+    for step, value in zip(STEPS, acc, strict=True):
+        tracker.update(step, value, {"val/logprob": -2.0 + 2 * value})
+    write_summary(tracker.summary(), folder / name)
+
+
+ACQUIRED = [0.0] * 10 + [0.6, 0.7, 0.8, 0.9, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95]  # acquired at 500, fully
+NEVER = [0.0] * 20
+
+
+class AlarmAt(Rule):
+    """Warns at a fixed step, whatever the run."""
+
+    name = "alarm-at-300"
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        if not raised and run.step >= 300:
+            return RuleOutput(alerts=[self.alert(run, "step 300")])
+        return RuleOutput()
+
+
+class Oracle(Rule):
+    """Forecasts the true acquisition step (500) from step 0, with a +-10% interval."""
+
+    name = "oracle"
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        return RuleOutput(forecast=Forecast(self.name, run.step, 500.0, 450.0, 550.0))
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    write_run(tmp_path, "acquired", ACQUIRED)
+    write_run(tmp_path, "never", NEVER)
+    write_run(tmp_path, "control", NEVER, shuffled_answers=True)
+    return tmp_path
+
+
+def test_warning_scores_have_known_answers(folder: Path) -> None:
+    runs = load_runs(folder)
+    assert {run.name.split("/")[-2]: (run.acquisition, run.acquired_fully, run.control) for run in runs} == {
+        "acquired": (500, True, False), "never": (None, False, False), "control": (None, False, True)}
+    scores = warning_scores(AlarmAt(), runs)
+    assert (scores["precision"], scores["recall"]) == (Rate(1, 3), Rate(1, 1))
+    assert scores["false_alarms_controls"] == Rate(1, 1) and scores["false_alarms_never_acquired"] == Rate(1, 1)
+    assert scores["lead"]["median"] == 200 and scores["lead_share"]["median"] == pytest.approx(0.4)
+    assert str(Rate(1, 3)) == "1/3 = 0.33 [0.06, 0.79]"
+    table = warning_table([scores, {**scores, "rule": "twin"}])
+    assert "| 1 (tie) | alarm-at-300 |" in table and "| 1 (tie) | twin |" in table
+
+
+def test_forecast_scores_have_known_answers(folder: Path) -> None:
+    scores = forecast_scores(Oracle(), load_runs(folder), keep_errors=True)
+    half = scores["fractions"]["0.5"]
+    assert half["n"] == 1 and half["median_error"] == 0.0 and half["coverage"] == Rate(1, 1)
+    assert half["mean_width"] == pytest.approx(0.2)
+    assert scores["never_acquired_beyond"] == Rate(0, 2)  # never (and the control): it never says "not in reach"
+
+
+def test_held_out_runs_need_a_matching_registration_committed_before_them(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = lambda *args: subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,  # noqa: E731
+                                       text=True).stdout.strip()
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (repo / "a.txt").write_text("before")
+    git("add", "a.txt")
+    git("commit", "-qm", "before")
+    before = git("rev-parse", "HEAD")
+    registration = repo / "registration.json"
+    registration.write_text(json.dumps({"warning": "x"}))
+    git("add", "registration.json")
+    git("commit", "-qm", "register")
+    after = git("rev-parse", "HEAD")
+    from capgeo_callbacks.scoring import sha256_of
+
+    digest = sha256_of(registration)
+    runs_dir = tmp_path / "runs"
+    write_run(runs_dir, "calibration", ACQUIRED, seed=1)
+    write_run(runs_dir, "good", ACQUIRED, seed=100, registration={"sha256": digest}, commit=after)
+    write_run(runs_dir, "early", ACQUIRED, seed=101, registration={"sha256": digest}, commit=before)
+    write_run(runs_dir, "other", ACQUIRED, seed=102, registration={"sha256": "0" * 64}, commit=after)
+    kept, dropped = held_out_check(load_runs(runs_dir), registration)
+    assert sorted(run.name.split("/")[-2] for run in kept) == ["calibration", "good"]
+    assert len(dropped) == 2 and any("does not contain the registration" in d for d in dropped)
+    kept, dropped = held_out_check(load_runs(runs_dir), None)
+    assert [run.name.split("/")[-2] for run in kept] == ["calibration"]
+
+
+def test_the_command_line(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main([str(folder), "--rules", "warmup-end", "clock-20", "--forecasters", "token_acc-threshold"])
+    out = capsys.readouterr().out
+    assert out.startswith("3 runs: 1 acquired (1 fully), 1 controls, 1 never acquired")
+    assert "| warmup-end |" in out and "| token_acc-threshold |" in out
+    with pytest.raises(SystemExit):
+        main([str(folder), "--rules", "nope"])
