@@ -1,0 +1,40 @@
+"""The study's runner (real train.py runs, tiny) and the held-out gate."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from study import heldout
+from study.runner import Job, run_jobs, summary_of
+
+TINY = ("--task", "copy", "--difficulty", "easy", "--max-steps", "6", "--eval-points", "3", "--measures", "none")
+
+
+def test_jobs_run_side_by_side_skip_when_finished_and_respect_a_deadline(tmp_path: Path) -> None:
+    jobs = [Job(f"tiny-{seed}", (*TINY, "--seed", str(seed)), tmp_path) for seed in (0, 1)]
+    assert run_jobs(jobs, workers=2) == {"tiny-0": "done", "tiny-1": "done"}
+    assert all(summary_of(job)["steps"] == 6 for job in jobs)
+    assert run_jobs(jobs, workers=2) == {"tiny-0": "skipped", "tiny-1": "skipped"}
+    late = [Job("late", TINY, tmp_path)]
+    assert run_jobs(late, workers=1, deadline=time.time() - 1) == {"late": "not started"}
+    with pytest.raises(ValueError, match="unique"):
+        run_jobs([jobs[0], jobs[0]], workers=1)
+
+
+def test_held_out_seeds_need_a_committed_registration(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no committed registration"):
+        heldout.heldout_jobs(tmp_path / "registration.json")
+    uncommitted = tmp_path / "registration.json"
+    uncommitted.write_text("{}")
+    with pytest.raises(SystemExit, match="no committed registration"):
+        heldout.heldout_jobs(uncommitted)
+
+
+def test_the_corpus_refuses_held_out_seeds() -> None:
+    from study.corpus import _job
+
+    with pytest.raises(ValueError, match="held-out seed"):
+        _job("hard", "sort", "hard", 100)
