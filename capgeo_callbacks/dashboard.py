@@ -3,26 +3,51 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+EARLY_PREFIX = "rankme_early/"  # RankMe over the first part of the budget only: its own chart, zoomed on it
+FLOOR_PREFIX = "rankme_floor/"  # the lowest RankMe so far, over the same part: the floor as a plateau
+ALERTS_TAG = "capgeo/alerts_raised"  # how many run alerts have been raised, at each evaluation
 
 
 def custom_scalars_layout(
     rankme_tags: Sequence[str], acc_tag: str, logprob_tag: str | None = None,
-    other_tags: Sequence[str] = (),
+    other_tags: Sequence[str] = (), early_share: float | None = None,
 ) -> dict[str, dict[str, list]]:
-    """A custom-scalars layout that puts RankMe per layer beside accuracy on one screen.
+    """A custom-scalars layout that reads at TensorBoard's default settings.
 
-    The first category opens with accuracy, then one chart per layer from the deepest down (the order
-    in which the study saw layers collapse), so a collapse and the later rise in accuracy line up by
-    step at a glance; then all layers on one chart and the log-prob.
+    The first category opens with accuracy, the forecast of the acquisition step and the alerts raised; then,
+    deepest layer first, each layer's RankMe over the early part of the budget (``rankme_early/``, logged only
+    there, so the chart's step axis spans the collapse instead of squeezing it into the first pixels) with its
+    lowest value so far (``rankme_floor/``: a plateau, which "ignore outliers" never clips, where a one-point
+    trough would be); then all layers over the whole run and the log-prob.
     """
-    charts: dict[str, list] = {f"accuracy ({acc_tag})": ["Multiline", [re.escape(acc_tag)]]}
+    early = f"first {early_share:.0%} of the budget" if early_share else "early steps"
+    charts: dict[str, list] = {f"accuracy ({acc_tag})": ["Multiline", [re.escape(acc_tag)]],
+                               "forecast of the acquisition step": ["Multiline", [r"forecast/.*"]],
+                               "alerts raised": ["Multiline", [re.escape(ALERTS_TAG)]]}
     for tag in reversed(rankme_tags):
-        charts[f"RankMe {tag.split('/', 1)[-1]}"] = ["Multiline", [re.escape(tag)]]
-    charts["RankMe, all layers"] = ["Multiline", [re.escape(tag) for tag in rankme_tags] or ["rankme/.*"]]
+        layer = tag.split("/", 1)[-1]
+        charts[f"RankMe {layer}, {early}, and its floor"] = [
+            "Multiline", [re.escape(EARLY_PREFIX + layer), re.escape(FLOOR_PREFIX + layer)]]
+    charts["RankMe, all layers, whole run"] = ["Multiline", [re.escape(tag) for tag in rankme_tags] or ["rankme/.*"]]
     if logprob_tag:
         charts[f"log-prob ({logprob_tag})"] = ["Multiline", [re.escape(logprob_tag)]]
     layout = {"capgeo: RankMe per layer vs accuracy": charts}
     if other_tags:
         layout["capgeo: other measures"] = {tag: ["Multiline", [re.escape(tag)]] for tag in other_tags}
     return layout
+
+
+def dashboard_scalars(rankme: Mapping[str, Sequence[Sequence[float]]], step: int, early_end: float | None,
+                      alerts_raised: int) -> dict[str, float]:
+    """The presentation series at ``step`` (derived from RankMe, never stored in the summary): each layer's RankMe
+    and its lowest value so far while ``step <= early_end``, and the count of run alerts."""
+    values = {ALERTS_TAG: float(alerts_raised)}
+    if early_end is not None and step > early_end:
+        return values
+    for layer, points in rankme.items():
+        if points and int(points[-1][0]) == step:
+            values[EARLY_PREFIX + layer] = float(points[-1][1])
+            values[FLOOR_PREFIX + layer] = float(min(point[1] for point in points))
+    return values

@@ -21,7 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import MeasureCallback, check_positive_int, never_fails
-from capgeo_callbacks.dashboard import custom_scalars_layout
+from capgeo_callbacks.dashboard import custom_scalars_layout, dashboard_scalars
 from capgeo_callbacks.detection import Alert, DetectionSettings
 from capgeo_callbacks.figures import figure_pixels, rankme_heatmap, story_card, story_figure
 from capgeo_callbacks.loggers import publish_alert, publish_hparams, publish_image, publish_text, save_png
@@ -31,6 +31,7 @@ from capgeo_callbacks.tracking import RunTracker
 
 log = logging.getLogger("capgeo")
 STORY_FILENAME = "capgeo_story.png"
+EARLY_SHARE = 0.1  # the dashboard's early charts: the first tenth of the budget, where the schedule is dense
 
 
 class PrecursorDetector(Callback):
@@ -191,7 +192,7 @@ class PrecursorDetector(Callback):
         self._layout_written = True
         tags = [tag for cb in trainer.callbacks if isinstance(cb, MeasureCallback) for tag in cb.tags]
         layout = custom_scalars_layout([t for t in tags if t.startswith(self.rankme_prefix)], self.monitor,
-                                       self.logprob_monitor)
+                                       self.logprob_monitor, early_share=EARLY_SHARE)
         from lightning.pytorch.loggers import TensorBoardLogger
 
         for logger in trainer.loggers:
@@ -245,11 +246,14 @@ class PrecursorDetector(Callback):
                                      self.measured_series(trainer))
         for alert in update.alerts:
             self._announce(trainer, alert)
-        forecasts = {f"forecast/{f.rule}": float(f.predicted) for f in update.forecasts
-                     if f.predicted is not None and math.isfinite(f.predicted)}
-        if forecasts and trainer.is_global_zero:
+        shown = {f"forecast/{f.rule}": float(f.predicted) for f in update.forecasts
+                 if f.predicted is not None and math.isfinite(f.predicted)}
+        early_end = EARLY_SHARE * trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        shown.update(dashboard_scalars(self.rankme_series(trainer), step, early_end,
+                                       sum(alert.kind == "run" for alert in self.alerts)))
+        if trainer.is_global_zero:
             for logger in trainer.loggers:
-                logger.log_metrics(forecasts, step=step)
+                logger.log_metrics(shown, step=step)
         if self.figure_every_n_evals and len(self.acc) % self.figure_every_n_evals == 0:
             log_dir = trainer.log_dir  # a collective: every rank asks
             elapsed = time.perf_counter() - self._figure_time
