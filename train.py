@@ -34,15 +34,20 @@ import tasks
 from capgeo_callbacks import (
     DetectionSettings,
     EvaluationSchedule,
-    GradientRankMonitor,
-    HessianMonitor,
-    LinearProbeMonitor,
-    LLCMonitor,
     PrecursorDetector,
     RankMeMonitor,
 )
 from capgeo_callbacks.detection import detect_hold, split_points
 from capgeo_callbacks.progress import StepProgressBar
+from capgeo_callbacks.registry import (
+    default_measures,
+    get_measure,
+    measure_names,
+    measure_specs,
+    measure_transitions,
+    measures_help,
+    resolve_measures,
+)
 from capgeo_callbacks.rules import Rule, StudyRule
 from capgeo_callbacks.schedule import SCHEDULES
 from capgeo_callbacks.selectors import SELECTORS
@@ -55,9 +60,11 @@ from tasks.chance import chance_level
 log = logging.getLogger("capgeo.train")
 
 EVALUATION_POINTS = 256  # about 256 evaluations per run (docs/design.md, "When to measure")
-# Measures `--measures` can name; "default" is rankme + probes, "all" adds the costly ones.
-MEASURES = ("rankme", "probes", "grad_rank", "hessian", "llc")
-DEFAULT_MEASURES = ("rankme", "probes")
+# Measures `--measures` can name, from the measure registry (capgeo_callbacks.registry, docs/measures.md) as it
+# was when train.py was imported: "default" is rankme + probes, "all" adds the costly ones. The functions below
+# read the registry itself, so a measure registered later is taken too.
+MEASURES = measure_names()
+DEFAULT_MEASURES = default_measures()
 # RankMe reads one row per validation example, at the position that predicts the first answer token: a
 # measured choice (README, "Which rows RankMe reads"); 512 rows, the size of the smallest validation set.
 RANKME_SELECTOR = "first_answer"
@@ -86,10 +93,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr-schedule", default="cosine", choices=LR_SCHEDULES,
                         help="after the warm-up: 'cosine' decay to a tenth of --lr at --max-steps, or 'constant'")
     parser.add_argument("--seed", type=int, default=0, help="seed for data, initialisation and training")
-    parser.add_argument(
-        "--measures", default="default",
-        help=f"'default', 'none', 'all', or a comma-separated list of: {', '.join(MEASURES)}",
-    )
+    parser.add_argument("--measures", default="default", help=measures_help())
     parser.add_argument("--eval-points", type=int, default=EVALUATION_POINTS, help="evaluations per run (about)")
     parser.add_argument("--eval-schedule", default="geometric", choices=SCHEDULES,
                         help="when to evaluate: 'geometric' (step 0, a quarter of the points geometrically over the "
@@ -171,54 +175,41 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def resolve_measures(spec: str) -> list[str]:
-    """Expand the ``--measures`` value into measure names."""
-    presets = {"none": [], "default": list(DEFAULT_MEASURES), "all": list(MEASURES)}
-    if spec in presets:
-        return [m for m in presets[spec] if m in MEASURES]
-    names = [name.strip() for name in spec.split(",") if name.strip()]
-    unknown = [name for name in names if name not in MEASURES]
-    if unknown or not names:
-        raise ValueError(
-            f"unknown measure(s) {', '.join(unknown) or repr(spec)}; valid: "
-            f"default, none, all, or a comma-separated list of {', '.join(MEASURES)}"
-        )
-    return names
-
-
-# Constructor arguments of each measure's callback: how sparse the costly ones are (``every_n_evals``);
-# embedding code and tests may change them (e.g. fewer LLC draws) before calling ``main``.
-MEASURE_OPTIONS: dict[str, dict[str, Any]] = {
+# Constructor arguments of each measure's callback: the registry's cadence and options (measured choices,
+# capgeo_callbacks/registry/builtin.py) with train.py's layers and rows; embedding code and tests may change them
+# (e.g. fewer LLC draws) before calling ``main``. A measure registered after import takes its registry defaults.
+LAYERS_AND_ROWS: dict[str, dict[str, Any]] = {
     "rankme": {"layers": WATCHED_LAYERS, "selector": RANKME_SELECTOR, "num_rows": RANKME_ROWS},
-    "probes": {"layers": WATCHED_LAYERS, "num_rows": PROBE_ROWS, "every_n_evals": 4},  # 64 points a run
-    # the costly measures at settings whose cost stays below training's (README, "The corpus"): per-example
-    # gradients of 64 examples every 4th evaluation; the top Hessian eigenvalue from 20 Lanczos steps every 16th;
-    # the LLC from 2 chains of 50 SGLD draws on 2 batches of 64 every 32nd
-    "grad_rank": {"every_n_evals": 4, "batch_size": 64},
-    "hessian": {"every_n_evals": 16, "k": 1, "num_iterations": 20, "batch_size": 64},
-    "llc": {"every_n_evals": 32, "num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
+    "probes": {"layers": WATCHED_LAYERS, "num_rows": PROBE_ROWS},
 }
-MEASURE_CALLBACKS: dict[str, type[Callback]] = {
-    "rankme": RankMeMonitor, "probes": LinearProbeMonitor, "grad_rank": GradientRankMonitor,
-    "hessian": HessianMonitor, "llc": LLCMonitor,
+MEASURE_OPTIONS: dict[str, dict[str, Any]] = {
+    spec.name: spec.callback_options(**LAYERS_AND_ROWS.get(spec.name, {})) for spec in measure_specs()
 }
+MEASURE_CALLBACKS: dict[str, type[Callback]] = {spec.name: spec.callback for spec in measure_specs()}
 
 
 def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
                             extra_selectors: Sequence[str] = (), answer_len: int | None = None,
                             rules: Sequence[Rule] = ()) -> list[Callback]:
-    """The capgeo callbacks for the chosen measures (built from :data:`MEASURE_OPTIONS`), with the
-    precursor detector when any measure is on. Each of ``extra_selectors`` adds a RankMe monitor with that
-    token selector under the tag prefix ``rankme_<selector>`` (detection reads the default ``rankme/``)."""
-    options = {name: dict(MEASURE_OPTIONS.get(name, {})) for name in MEASURES}
+    """The capgeo callbacks for the chosen measures, in the registry's order, each built from
+    :data:`MEASURE_OPTIONS` (its registry defaults for a measure not there), with the precursor detector
+    always. Each of ``extra_selectors`` adds a RankMe monitor with that token selector under the tag prefix
+    ``rankme_<selector>`` (detection reads the default ``rankme/``)."""
+    options = {name: dict(MEASURE_OPTIONS[name]) if name in MEASURE_OPTIONS else get_measure(name).callback_options()
+               for name in measure_names()}
     if answer_len is not None:  # the answer rows the validation set has (no warning about fewer rows)
         options["probes"]["num_rows"] = min(options["probes"]["num_rows"], MIN_VAL_EXAMPLES * answer_len)
-    callbacks: list[Callback] = [MEASURE_CALLBACKS[name](**options[name]) for name in MEASURES if name in names]
+    callbacks: list[Callback] = [spec.callback(**options[spec.name]) for spec in measure_specs() if spec.name in names]
     callbacks += [RankMeMonitor(**{**options["rankme"], "selector": selector, "prefix": f"rankme_{selector}"})
                   for selector in extra_selectors if selector != options["rankme"]["selector"]]
+    # detection reads the chosen measures' transitions (capgeo's own are in SETTINGS' default already)
+    transitions = {**measure_transitions(spec for spec in measure_specs() if spec.name in names),
+                   **SETTINGS.measure_transitions}
+    settings = SETTINGS if transitions == SETTINGS.measure_transitions else \
+        SETTINGS.replace(measure_transitions=transitions)
     # always: it records every scalar and writes the summary, with or without measures
-    callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info, settings=SETTINGS,
-                                       rules=[StudyRule(SETTINGS), *rules]))
+    callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info, settings=settings,
+                                       rules=[StudyRule(settings), *rules]))
     return callbacks
 
 

@@ -1,13 +1,15 @@
 """capgeo: watch the geometry of a transformer's hidden states while it trains.
 
 Measures are pure functions on tensors; callbacks are Lightning glue around them; detection works on
-plain (step, value) series, live or offline; the run summary has one builder. Definitions:
+plain (step, value) series, live or offline; the run summary has one builder; each measure describes
+itself in the measure registry (:mod:`capgeo_callbacks.registry`, docs/measures.md). Definitions:
 docs/design.md.
 """
 
 from capgeo_callbacks.batches import answer_cross_entropy
 from capgeo_callbacks.callbacks import (
     EvaluationSchedule,
+    GradientMeasureCallback,
     GradientRankMonitor,
     HessianMonitor,
     LinearProbeMonitor,
@@ -16,6 +18,7 @@ from capgeo_callbacks.callbacks import (
     PrecursorDetector,
     RankMeMonitor,
 )
+from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
 from capgeo_callbacks.capture import HiddenStateCapture
 from capgeo_callbacks.detection import (
     Alert,
@@ -43,6 +46,15 @@ from capgeo_callbacks.measures import (
     per_example_gradients,
     rankme,
 )
+from capgeo_callbacks.registry import (
+    MeasureSpec,
+    build_measure_callbacks,
+    get_measure,
+    measure_specs,
+    register_measure,
+    resolve_measures,
+    unregister_measure,
+)
 from capgeo_callbacks.rules import Forecast, Rule, RunView
 from capgeo_callbacks.schedule import evaluation_steps
 from capgeo_callbacks.summary import SUMMARY_FILENAME, build_summary, read_summary
@@ -54,12 +66,15 @@ __all__ = [
     "Collapse",
     "DetectionSettings",
     "EvaluationSchedule",
+    "GradientMeasureCallback",
     "GradientRankMonitor",
     "HessianMonitor",
     "HiddenStateCapture",
+    "HiddenStateMonitor",
     "LLCMonitor",
     "LinearProbeMonitor",
     "MeasureCallback",
+    "MeasureSpec",
     "PrecursorDetector",
     "RunTracker",
     "Rule",
@@ -68,6 +83,7 @@ __all__ = [
     "RankMeMonitor",
     "Verdict",
     "answer_cross_entropy",
+    "build_measure_callbacks",
     "build_summary",
     "detect_acquisition",
     "detect_collapse",
@@ -76,6 +92,7 @@ __all__ = [
     "effective_rank",
     "estimate_llc",
     "evaluation_steps",
+    "get_measure",
     "glob_match",
     "gradient_covariance_rank",
     "gradient_effective_rank",
@@ -83,11 +100,15 @@ __all__ = [
     "hessian_trace",
     "layer_order",
     "linear_probe_accuracy",
+    "measure_specs",
     "per_example_gradients",
     "precursor_verdict",
     "rankme",
     "read_summary",
+    "register_measure",
     "replay_alerts",
     "resolve_layers",
+    "resolve_measures",
     "spearman",
+    "unregister_measure",
 ]

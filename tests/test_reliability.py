@@ -285,4 +285,5 @@ def test_measure_callbacks_come_from_measure_options() -> None:
     cadences = [cb.every_n_evals for cb in callbacks if isinstance(cb, MeasureCallback)]
     costly = ("probes", "grad_rank", "hessian", "llc")
     assert cadences == [1] + [train.MEASURE_OPTIONS[m]["every_n_evals"] for m in costly]
-    assert train.build_measure_callbacks([], run_info={}) == []
+    # the detector always: it records every scalar and writes the summary, with or without measures
+    assert [type(cb).__name__ for cb in train.build_measure_callbacks([], run_info={})] == ["PrecursorDetector"]

@@ -1,0 +1,59 @@
+"""capgeo's own measures, one :class:`~capgeo_callbacks.registry.MeasureSpec` each (docs/design.md, "Measures").
+
+The cadences and options are measured choices: the costly measures at settings whose cost stays below
+training's on the smallest model (README, "The corpus"): per-example gradients of 64 examples every 4th
+evaluation, the top Hessian eigenvalue from 20 Lanczos steps every 16th, the LLC from 2 chains of 50 SGLD
+draws on 2 batches of 64 every 32nd; probes every 4th evaluation (64 points a run of 256).
+"""
+
+from __future__ import annotations
+
+from capgeo_callbacks.callbacks import (
+    GradientRankMonitor,
+    HessianMonitor,
+    LinearProbeMonitor,
+    LLCMonitor,
+    RankMeMonitor,
+)
+from capgeo_callbacks.registry.core import MeasureSpec, register_measure
+
+__all__ = ["BUILTIN_MEASURES"]
+
+BUILTIN_MEASURES: tuple[MeasureSpec, ...] = (
+    MeasureSpec(
+        name="rankme", callback=RankMeMonitor, needs="hidden_states", cost="cheap", default=True,
+        keys=("rankme/<layer>",), transitions={"rankme/": "collapse"},
+        functions=("rankme",), description="RankMe (effective dimension) of each watched layer's hidden states",
+    ),
+    MeasureSpec(
+        name="probes", callback=LinearProbeMonitor, needs="hidden_states", cost="cheap", default=True,
+        every_n_evals=4, keys=("probe_acc/<layer>",), transitions={"probe_acc/": "crossing"},
+        functions=("linear_probe_accuracy",),
+        description="held-out accuracy of a linear probe from each watched layer to the answer token",
+    ),
+    MeasureSpec(
+        name="grad_rank", callback=GradientRankMonitor, needs="per_example_gradients", cost="costly",
+        every_n_evals=4, options={"batch_size": 64},
+        keys=("grad_erank", "grad_cov_rank", "grad_cov_numerical_rank"),
+        transitions={"grad_erank": "collapse", "grad_cov_rank": "collapse"},
+        functions=("per_example_gradients", "gradient_effective_rank", "gradient_covariance_rank"),
+        description="effective rank of the per-example gradients, and of their covariance",
+    ),
+    MeasureSpec(
+        name="hessian", callback=HessianMonitor, needs="loss_closure", cost="costly",
+        every_n_evals=16, options={"k": 1, "num_iterations": 20, "batch_size": 64},
+        keys=("hessian/eig_<i>",), optional_keys=("hessian/trace",),
+        transitions={"hessian/eig_0": "change", "hessian/trace": "change"},
+        functions=("hessian_top_eigenvalues", "hessian_trace"),
+        description="top eigenvalues of the loss Hessian (Lanczos on Hessian-vector products)",
+    ),
+    MeasureSpec(
+        name="llc", callback=LLCMonitor, needs="loss_closure", cost="costly",
+        every_n_evals=32, options={"num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
+        keys=("llc", "llc_std", "llc_fraction_below_init"), transitions={"llc": "change"},
+        functions=("estimate_llc",), description="local learning coefficient (SGLD localized at the weights)",
+    ),
+)
+
+for _spec in BUILTIN_MEASURES:
+    register_measure(_spec)
