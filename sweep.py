@@ -1,7 +1,7 @@
 """Sweep train.py over tasks x difficulties x sizes (x seeds), skipping finished runs and resuming others.
 
     python sweep.py --tasks mod sort --difficulties hard --sizes xs s --logdir runs/sweep --fraction 0.25 --jobs 2
-    python -m capgeo_callbacks.report runs/sweep
+    python -m study.report runs/sweep
 
 Each run is one ``train.py`` subprocess writing to ``LOGDIR/TASK-DIFFICULTY-SIZE-sSEED`` (train.py's own
 naming), with its output in ``sweep.log`` beside the run's ``version_*`` folders. Before starting a run the
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from typing import Any, Literal
 
 import tasks
 import train
-from capgeo_callbacks.summary import SUMMARY_FILENAME
+from capgeo_callbacks.runs import newest_summary, read_version_summary, versions
 from models import SIZES
 
 ROOT = Path(__file__).resolve().parent
@@ -82,13 +81,6 @@ class RunPlan:
     reason: str
 
 
-def _version_dirs(run_root: Path) -> list[Path]:
-    """The ``version_<k>`` folders of a run, newest (highest k) first."""
-    found = [(int(p.name[len("version_"):]), p) for p in run_root.glob("version_*")
-             if p.is_dir() and p.name[len("version_"):].isdigit()]
-    return [p for _, p in sorted(found, reverse=True)]
-
-
 def run_state(run_root: Path, stop_at_step: int, stop_when_learned: bool = False) -> tuple[State, str]:
     """Whether a run folder holds a finished run, a resumable one, or nothing usable.
 
@@ -104,9 +96,9 @@ def run_state(run_root: Path, stop_at_step: int, stop_when_learned: bool = False
     Returns:
         The state and a short reason.
     """
-    versions = _version_dirs(run_root)
-    for version in versions:
-        summary = _read_summary(version)
+    found = versions(run_root)
+    for version in found:
+        summary = read_version_summary(version)
         if summary is None:
             continue
         steps = summary.get("steps")
@@ -116,18 +108,9 @@ def run_state(run_root: Path, stop_at_step: int, stop_when_learned: bool = False
         if stop_when_learned and full_step is not None:
             return "finished", f"{version.name}: held 0.9 from step {full_step}"
         break
-    if versions and (versions[0] / "checkpoints" / "last.ckpt").is_file():
-        return "resume", f"{versions[0].name}/checkpoints/last.ckpt"
-    return "fresh", "no checkpoint" if versions else "new run"
-
-
-def _read_summary(version: Path) -> dict[str, Any] | None:
-    """The summary in a ``version_*`` folder, or None if absent or unreadable (cut short by a crash)."""
-    try:
-        summary = json.loads((version / SUMMARY_FILENAME).read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
+    if found and (found[0] / "checkpoints" / "last.ckpt").is_file():
+        return "resume", f"{found[0].name}/checkpoints/last.ckpt"
+    return "fresh", "no checkpoint" if found else "new run"
 
 
 def _flag_present(args: Sequence[str], flag: str) -> bool:
@@ -238,7 +221,7 @@ def execute(plan: RunPlan, logdir: Path, threads: int, show_output: bool = False
         out = None if show_output else log
         returncode = subprocess.run(argv, cwd=ROOT, env=env, stdout=out, stderr=out, check=False).returncode
     seconds = time.perf_counter() - started
-    summary = next((s for s in map(_read_summary, _version_dirs(run_root)) if s is not None), None)
+    summary = newest_summary(run_root)
     action = "resumed" if plan.state == "resume" else "done"
     return {"name": plan.name, "action": action, "returncode": returncode, "seconds": seconds,
             "log": str(log_path), "summary": summary}
@@ -259,7 +242,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The sweep's command line; ``--extra-args`` takes everything after it, for train.py."""
     parser = argparse.ArgumentParser(
         description="Run train.py over tasks x difficulties x sizes x seeds; skip finished runs, resume others.",
-        epilog="Then: python -m capgeo_callbacks.report LOGDIR",
+        epilog="Then: python -m study.report LOGDIR",
     )
     parser.add_argument("--tasks", nargs="+", required=True, metavar="TASK", help=f"of: {', '.join(tasks.TASKS)}")
     parser.add_argument("--difficulties", nargs="+", default=["hard"], metavar="DIFFICULTY",

@@ -13,7 +13,6 @@ import hashlib
 import importlib
 import json
 import logging
-import math
 import os
 import platform
 import subprocess
@@ -49,13 +48,15 @@ from capgeo_callbacks.registry import (
     resolve_measures,
 )
 from capgeo_callbacks.rules import Rule, StudyRule
-from capgeo_callbacks.schedule import SCHEDULES
+from capgeo_callbacks.runs import newest_version, version_number
+from capgeo_callbacks.schedule import SCHEDULES, linear_interval
 from capgeo_callbacks.selectors import SELECTORS
 from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, verdict_table, write_summary
 from models import SIZES, CapabilityModule
 from models.lightning_module import LR_SCHEDULES
 from tasks.budgets import budget
 from tasks.chance import chance_level
+from tasks.space import MIN_EVAL_QUESTIONS
 
 log = logging.getLogger("capgeo.train")
 
@@ -70,7 +71,7 @@ DEFAULT_MEASURES = default_measures()
 RANKME_SELECTOR = "first_answer"
 RANKME_ROWS = 512
 PROBE_ROWS = 2048  # probe rows per layer, at most: answer positions (labels are the answer tokens)
-MIN_VAL_EXAMPLES = 512  # every evaluation split holds at least 512 distinct questions
+MIN_VAL_EXAMPLES = MIN_EVAL_QUESTIONS  # validation and test sets: the 512 distinct questions every split holds
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
 SETTINGS = DetectionSettings(validation_size=MIN_VAL_EXAMPLES)  # the study's rule; labels on 512 questions
 REGISTRATION = Path(__file__).resolve().parent / "study" / "registration.json"  # the frozen default rules
@@ -263,6 +264,10 @@ def check_logdir(logdir: str) -> Path:
     return path
 
 
+# the factory make_datamodule calls, by dotted path: recorded in the summary for offline analysis
+DATAMODULE_FACTORY = f"{tasks.make_datamodule.__module__}.{tasks.make_datamodule.__qualname__}"
+
+
 def make_datamodule(args: argparse.Namespace) -> tasks.TaskDataModule:
     """The task's datamodule, with ``MIN_VAL_EXAMPLES`` validation (and test) examples.
 
@@ -291,11 +296,6 @@ class StopWhenLearned(Callback):
         held = detect_hold(steps, accs, settings.full_threshold, settings.patience)
         if held is not None and len(steps) - 1 - (steps.index(held) + settings.patience - 1) >= self.evaluations:
             trainer.should_stop = True
-
-
-def latest_version(run_root: Path) -> int | None:
-    versions = [int(p.name.split("_")[1]) for p in run_root.glob("version_*") if p.name.split("_")[1].isdigit()]
-    return max(versions) if versions else None
 
 
 CHECKPOINT_EVERY_N_EVALS = 16  # last.ckpt is saved after every 16th validation (and at the end)
@@ -336,11 +336,6 @@ class EvaluationCheckpoint(Callback):
         self.evaluations = int(state_dict.get("evaluations", 0))
 
 
-def validation_interval(max_steps: int, eval_points: int = EVALUATION_POINTS) -> int:
-    """Steps between validations of the ``linear`` schedule over ``max_steps``."""
-    return max(1, math.ceil(max_steps / max(1, eval_points - 1)))
-
-
 def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: TensorBoardLogger) -> pl.Trainer:
     """The Trainer of a run: validation at the schedule's steps over the whole budget (also under
     ``--stop-at-step``), checkpoints after validations, deterministic kernels."""
@@ -352,7 +347,7 @@ def build_trainer(args: argparse.Namespace, callbacks: list[Callback], logger: T
         val_check_interval=1,  # the EvaluationSchedule decides which steps validate
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
-        log_every_n_steps=max(1, min(50, validation_interval(args.max_steps, args.eval_points))),
+        log_every_n_steps=max(1, min(50, linear_interval(args.max_steps, args.eval_points))),
         accelerator=args.accelerator,
         devices=args.devices,
         strategy=args.strategy,
@@ -383,8 +378,9 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     ckpt_path: str | None = None
     version = None
     if args.resume:
-        version = latest_version(run_root)
-        last = None if version is None else run_root / f"version_{version}" / "checkpoints" / "last.ckpt"
+        newest = newest_version(run_root)
+        version = None if newest is None else version_number(newest)
+        last = None if newest is None else newest / "checkpoints" / "last.ckpt"
         if last is None or not last.exists():
             raise SystemExit(f"error: --resume given but no checkpoint found under {run_root}/version_*/checkpoints")
         ckpt_path = str(last)
@@ -400,7 +396,8 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         "batch_size": args.batch_size, "lr": args.lr, "weight_decay": args.weight_decay,
         "task_params": datamodule.params, "validation_size": datamodule.val_size,
         "chance": chance_level(datamodule).to_dict(), **provenance(),
-        # what rebuilds the same validation rows offline (python -m capgeo_callbacks.analyze)
+        # what rebuilds the same validation rows offline (python -m capgeo_callbacks.offline): factory and arguments
+        "datamodule_factory": DATAMODULE_FACTORY,
         "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size, "val_size": datamodule.val_size,
                        "test_size": datamodule.test_size, "eval_batch_size": datamodule.eval_batch_size},
     }

@@ -39,8 +39,9 @@ from capgeo_callbacks.detection import (
     split_points,
 )
 from capgeo_callbacks.detection.events import noise_scale
-from capgeo_callbacks.report import RunRecord, find_runs, layer_names
+from capgeo_callbacks.runs import RunRecord, find_runs
 from capgeo_callbacks.stats import wilson
+from capgeo_callbacks.summary import layer_names
 
 __all__ = ["RULES", "Rule", "RunSeries", "candidate_rules", "learning_onset", "score", "wilson"]
 

@@ -18,6 +18,11 @@ EARLY_SHARE = 0.25  # share of the points in the early, geometric part
 EARLY_SPAN = 0.10  # share of the budget the early part covers
 
 
+def linear_interval(max_steps: int, points: int = 256) -> int:
+    """Steps between evaluations of the ``linear`` schedule: ``ceil(max_steps / (points - 1))``, at least 1."""
+    return max(1, math.ceil(max_steps / max(1, points - 1)))
+
+
 def evaluation_steps(max_steps: int, points: int = 256, schedule: str = "geometric") -> list[int]:
     """The sorted, distinct steps (0 to ``max_steps``) at which a run of ``max_steps`` steps is evaluated.
 
@@ -32,7 +37,7 @@ def evaluation_steps(max_steps: int, points: int = 256, schedule: str = "geometr
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if schedule == "linear":
-        interval = max(1, math.ceil(max_steps / max(1, points - 1)))
+        interval = linear_interval(max_steps, points)
         return [0, *range(interval, max_steps + 1, interval)]
     early_end = max(1, round(EARLY_SPAN * max_steps))
     early_points = max(1, round(EARLY_SHARE * points))

@@ -38,8 +38,8 @@ import numpy as np
 from capgeo_callbacks.detection import Chance, DetectionSettings, label_run
 from capgeo_callbacks.detection.onset import learning_onset
 from capgeo_callbacks.rules import Forecast, Rule, RunView, make_rule
+from capgeo_callbacks.runs import find_runs
 from capgeo_callbacks.stats import wilson
-from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary
 
 __all__ = ["FRACTIONS", "Rate", "ScoredRun", "forecast_scores", "load_runs", "warning_scores"]
 
@@ -101,20 +101,6 @@ class ScoredRun:
         return f"{self.summary.get('task')}/{self.summary.get('difficulty')}"
 
 
-def summary_files(folder: Path) -> list[Path]:
-    """Every run summary under ``folder``: ``capgeo_summary.json`` (a run folder; the newest version of each run)
-    and ``*.json.gz`` (a committed corpus)."""
-    files = sorted(folder.rglob("*.json.gz"))
-    by_run: dict[Path, Path] = {}
-    for path in sorted(folder.rglob(SUMMARY_FILENAME)):
-        run = path.parent.parent if path.parent.name.startswith("version_") else path.parent
-        version = path.parent.name[8:] if path.parent.name.startswith("version_") else ""
-        best = by_run.get(run)
-        if best is None or (version.isdigit() and int(version) > int(best.parent.name[8:] or -1)):
-            by_run[run] = path
-    return files + sorted(by_run.values())
-
-
 def scored_run(summary: Mapping[str, Any], name: str) -> ScoredRun | None:
     """A run's series and labels from its summary (None if it has fewer than two evaluations)."""
     series = summary.get("series") or {}
@@ -135,10 +121,15 @@ def scored_run(summary: Mapping[str, Any], name: str) -> ScoredRun | None:
 
 
 def load_runs(folder: str | Path, seeds: Sequence[int] | None = None) -> list[ScoredRun]:
-    """Every run under ``folder`` (optionally only ``seeds``)."""
+    """Every run under ``folder`` (optionally only ``seeds``): :func:`~capgeo_callbacks.runs.find_runs`, the newest
+    version of each run folder and every packed ``*.json.gz``; none if ``folder`` does not exist."""
+    if not Path(folder).is_dir():
+        return []
+    # in the order of their files (packed ones first), so that bootstrap draws are those of earlier reports
+    records = sorted(find_runs(folder), key=lambda record: (record.path.suffix != ".gz", record.path))
     runs = []
-    for path in summary_files(Path(folder)):
-        run = scored_run(read_summary(path), str(path))
+    for record in records:
+        run = scored_run(record.summary, str(record.path))
         if run is not None and (seeds is None or run.seed in seeds):
             runs.append(run)
     return runs

@@ -8,7 +8,6 @@ for ``--resume``). Each job's output goes to ``LOGDIR/NAME/run.log``.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.summary import SUMMARY_FILENAME
+from capgeo_callbacks.runs import newest_summary, newest_version
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,27 +44,16 @@ class Job:
         return self.logdir / self.name
 
 
-def versions(run_root: Path) -> list[Path]:
-    """The ``version_<k>`` folders of a run, newest first."""
-    found = [(int(p.name[8:]), p) for p in run_root.glob("version_*") if p.is_dir() and p.name[8:].isdigit()]
-    return [p for _, p in sorted(found, reverse=True)]
-
-
 def summary_of(job: Job) -> dict[str, Any] | None:
     """The newest summary the job's folder holds (a finished run), or None."""
-    for version in versions(job.root):
-        try:
-            return json.loads((version / SUMMARY_FILENAME).read_text())
-        except (OSError, ValueError):
-            continue
-    return None
+    return newest_summary(job.root)
 
 
 def _command(job: Job, python: str) -> list[str]:
     argv = [python, str(ROOT / "train.py"), *job.argv, "--logdir", str(job.logdir), "--name", job.name,
             "--no-progress"]
-    newest = versions(job.root)
-    if newest and (newest[0] / "checkpoints" / "last.ckpt").is_file():
+    newest = newest_version(job.root)
+    if newest is not None and (newest / "checkpoints" / "last.ckpt").is_file():
         argv.append("--resume")
     return argv
 

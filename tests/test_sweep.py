@@ -12,6 +12,7 @@ import torch
 
 import sweep
 from capgeo_callbacks.schedule import evaluation_steps
+from capgeo_callbacks.summary import SUMMARY_FILENAME
 from tasks.budgets import budget
 
 
@@ -19,7 +20,7 @@ def make_version(run_root: Path, version: int, summary: dict[str, Any] | None = 
     folder = run_root / f"version_{version}"
     folder.mkdir(parents=True)
     if summary is not None:
-        (folder / sweep.SUMMARY_FILENAME).write_text(json.dumps(summary))
+        (folder / SUMMARY_FILENAME).write_text(json.dumps(summary))
     if ckpt:
         (folder / "checkpoints").mkdir()
         (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
@@ -41,7 +42,7 @@ def test_run_state_reads_the_run_folder(tmp_path: Path) -> None:
     # killed mid-run: checkpoint, no summary (version_10 sorts after version_1 by number, not by text)
     make_version(run, 10, ckpt=True)
     assert sweep.run_state(run, 40) == ("resume", "version_10/checkpoints/last.ckpt")
-    (run / "version_10" / sweep.SUMMARY_FILENAME).write_text("{cut short")  # a crash while writing: ignored
+    (run / "version_10" / SUMMARY_FILENAME).write_text("{cut short")  # a crash while writing: ignored
     assert sweep.run_state(run, 40)[0] == "resume"
 
 
@@ -125,7 +126,7 @@ def test_real_run_is_started_resumed_and_skipped(tmp_path: Path, capsys: pytest.
     second = sweep.main(sweep_args(tmp_path / "sweep"))
     assert [(r["action"], r["returncode"]) for r in second] == [("resumed", 0)]
     assert [p.name for p in run_root.glob("version_*")] == ["version_0"]
-    summary = json.loads((run_root / "version_0" / sweep.SUMMARY_FILENAME).read_text())
+    summary = json.loads((run_root / "version_0" / SUMMARY_FILENAME).read_text())
     assert summary["steps"] == 32
     steps = [point[0] for point in summary["series"]["acc"]]
     # the first part's history survived the resume, no gap: the default (geometric) schedule from step 0

@@ -21,8 +21,8 @@ from capgeo_callbacks.detection import DetectionSettings, align, replay_alerts
 from capgeo_callbacks.offline.measure_hf import HF_NOTE, load_hf, measure_hf
 from capgeo_callbacks.offline.measure_lightning import load_module, measure_lightning, resolve_module_class
 from capgeo_callbacks.offline.measured import Measured, WarningLog, log
-from capgeo_callbacks.offline.probe_sets import DEFAULT_DATAMODULE_FACTORY, ProbeSet, build_probe_set
-from capgeo_callbacks.offline.recorded import RunRecord, read_record
+from capgeo_callbacks.offline.probe_sets import ProbeSet, build_probe_set
+from capgeo_callbacks.offline.recorded import RecordedSetup, read_record
 from capgeo_callbacks.offline.revisions import (
     Revision,
     duplicate_groups,
@@ -31,7 +31,7 @@ from capgeo_callbacks.offline.revisions import (
     weights_sha256,
 )
 from capgeo_callbacks.selectors import ANSWER_SELECTORS, SELECTORS, Selector, selector_name, validate_selector
-from capgeo_callbacks.summary import alert_message, build_summary, json_safe, read_summary
+from capgeo_callbacks.summary import alert_message, build_summary, json_safe
 
 __all__ = ["DEFAULT_NUM_ROWS", "analyze"]
 
@@ -50,7 +50,7 @@ def analyze(
     task: str | None = None,
     difficulty: str | None = None,
     seed: int | None = None,
-    datamodule_factory: str = DEFAULT_DATAMODULE_FACTORY,
+    datamodule_factory: str | None = None,
     datamodule_kwargs: Mapping[str, Any] | None = None,
     split: str = "val",
     module_class: str | None = None,
@@ -80,7 +80,8 @@ def analyze(
         difficulty: difficulty for the datamodule factory (likewise).
         seed: datamodule seed (likewise; else the factory's default).
         datamodule_factory: dotted path of a callable ``(task=..., difficulty=..., **kwargs)`` returning a
-            datamodule (or anything with ``val_dataloader()``); resolved at run time.
+            datamodule (or anything with ``val_dataloader()``); resolved at run time (default: the one the run's
+            summary records as ``datamodule_factory``; ``train.py`` records its own).
         datamodule_kwargs: more factory arguments (e.g. ``{"val_size": 256}``); they override recorded ones.
         split: ``"val"`` or ``"test"``: which loader of the datamodule is the probe set.
         module_class: dotted path of the LightningModule class of ``.ckpt`` files (default: recorded in
@@ -132,9 +133,9 @@ def analyze(
     recorded_monitor = record.monitor
     mask = mask_key or (recorded_monitor and recorded_monitor.mask_key) or "answer_mask"
     probe = build_probe_set(probe_file_path=probe_file, recorded=record.datamodule, sources=record.sources,
-                            task=task, difficulty=difficulty, seed=seed, factory=datamodule_factory,
-                            factory_kwargs=datamodule_kwargs, split=split, batch_size=batch_size, kind=kind,
-                            warn=warn)
+                            task=task, difficulty=difficulty, seed=seed,
+                            factory=datamodule_factory or record.datamodule_factory, factory_kwargs=datamodule_kwargs,
+                            split=split, batch_size=batch_size, kind=kind, warn=warn)
     chosen = _choose_selector(selector, record, probe, mask, warn)
     rows_per_layer = num_rows or (recorded_monitor and recorded_monitor.num_rows) or DEFAULT_NUM_ROWS
     watch: list[str] | None = list(layers) if layers else None
@@ -177,7 +178,7 @@ def analyze(
     return json_safe(summary)
 
 
-def _choose_selector(selector: Selector | None, record: RunRecord, probe: ProbeSet, mask_key: str,
+def _choose_selector(selector: Selector | None, record: RecordedSetup, probe: ProbeSet, mask_key: str,
                      warn: WarningLog) -> Selector:
     """The given selector, else the live monitor's, else ``answer`` with an answer mask, else ``last``.
 
@@ -243,7 +244,7 @@ def _measure_revisions(
 
 
 def _offline_summary(
-    results: Sequence[Mapping[str, Any]], labels: Sequence[str], *, kind: str, record: RunRecord, probe: ProbeSet,
+    results: Sequence[Mapping[str, Any]], labels: Sequence[str], *, kind: str, record: RecordedSetup, probe: ProbeSet,
     settings: DetectionSettings, selector: Selector, monitor: str, logprob_monitor: str | None,
     warn: WarningLog,
 ) -> dict[str, Any]:
@@ -261,7 +262,7 @@ def _offline_summary(
                 series[f"{prefix}{label}"] = points
     logprob = [[r["step"], r["logprob"]] for r in results if math.isfinite(r["logprob"])]
     # what a checkpoint cannot tell (the training loss, the learning rate, per-token scores): the live record's
-    recorded = (read_summary(record.summary_path).get("series") or {}) if record.summary_path else {}
+    recorded = (record.run.summary.get("series") or {}) if record.run is not None else {}
     measured_here = {"acc", logprob_monitor or "logprob", *series}
     series.update({tag: points for tag, points in recorded.items()
                    if tag not in measured_here and not tag.startswith((RANKME_PREFIX, PROBE_PREFIX))})
@@ -288,7 +289,7 @@ def _offline_summary(
     )
 
 
-def _run_info(record: RunRecord, probe: ProbeSet, warn: WarningLog) -> dict[str, Any]:
+def _run_info(record: RecordedSetup, probe: ProbeSet, warn: WarningLog) -> dict[str, Any]:
     """The run's fields: those of the probe datamodule (task, difficulty, seed, task_params) and the module's
     hyperparameters (size), overridden by the live summary's when the run folder has one (they describe the
     run; ``analysis["probe_set"]`` describes what it was measured on)."""

@@ -20,7 +20,6 @@ from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.offline.analysis import DEFAULT_NUM_ROWS, analyze
 from capgeo_callbacks.offline.measure_hf import HF_NOTE
 from capgeo_callbacks.offline.measured import WarningLog
-from capgeo_callbacks.offline.probe_sets import DEFAULT_DATAMODULE_FACTORY
 from capgeo_callbacks.offline.recorded import read_record
 from capgeo_callbacks.offline.report_text import format_report
 from capgeo_callbacks.offline.revisions import find_revisions
@@ -64,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     probe("--task", help="task for the datamodule factory (default: recorded by the run)")
     probe("--difficulty", help="difficulty for the datamodule factory (default: recorded by the run)")
     probe("--seed", type=int, help="datamodule seed (default: recorded by the run)")
-    probe("--datamodule-factory", default=DEFAULT_DATAMODULE_FACTORY,
-          help="dotted path of a callable (task=, difficulty=, **kwargs) -> datamodule (default: %(default)s)")
+    probe("--datamodule-factory", help="dotted path of a callable (task=, difficulty=, **kwargs) -> datamodule "
+          "(default: the one the run's summary records as datamodule_factory, as train.py's runs do)")
     probe("--datamodule-kwargs", type=_json_arg, help="more factory arguments as JSON, e.g. '{\"val_size\": 256}'")
     probe("--split", default="val", choices=("val", "test"), help="datamodule loader to use (default: %(default)s)")
     probe("--batch-size", type=int, default=256, help="batch size over a probe file (default: %(default)s)")

@@ -2,8 +2,8 @@
 
 Either a ``torch.save``'d file of rows (a dict with ``input_ids`` and optionally ``answer_mask``,
 ``targets``, ``attention_mask``), or the validation (or test) loader of a datamodule built by a factory
-named with a dotted path (default ``tasks.make_datamodule``, resolved at run time), from the arguments the
-run records and those given. The monitors use the first ``num_rows`` selected rows of it, as live.
+named with a dotted path (the one the run records, else one the user names; resolved at run time), from the
+arguments the run records and those given. The monitors use the first ``num_rows`` selected rows of it, as live.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from capgeo_callbacks.offline.dotted import resolve_dotted
 from capgeo_callbacks.offline.measured import WarningLog
 
-__all__ = ["DEFAULT_DATAMODULE_FACTORY", "ProbeSet", "build_probe_set", "probe_datamodule", "probe_file"]
-
-DEFAULT_DATAMODULE_FACTORY = "tasks.make_datamodule"
+__all__ = ["ProbeSet", "build_probe_set", "probe_datamodule", "probe_file"]
 
 
 class _Rows(Dataset):
@@ -116,18 +114,20 @@ def build_probe_set(
     task: str | None,
     difficulty: str | None,
     seed: int | None,
-    factory: str,
+    factory: str | None,
     factory_kwargs: Mapping[str, Any] | None,
     split: str,
     batch_size: int,
     kind: str,
     warn: WarningLog,
 ) -> ProbeSet:
-    """The probe set: the file if given, else the factory's loader with the recorded datamodule arguments,
-    overridden by ``task``/``difficulty``/``seed`` and then ``factory_kwargs``.
+    """The probe set: the file if given, else the loader of ``factory`` (a dotted path: the one given, else
+    the one the run recorded) with the recorded datamodule arguments, overridden by
+    ``task``/``difficulty``/``seed`` and then ``factory_kwargs``.
 
     Raises:
-        ValueError: if there is neither a file nor a task and difficulty (the message says what to pass).
+        ValueError: if there is neither a file nor a factory with a task and difficulty (the message says what
+            to pass).
     """
     if probe_file_path is not None:
         return probe_file(probe_file_path, batch_size)
@@ -138,9 +138,13 @@ def build_probe_set(
     kwargs.update(dict(factory_kwargs or {}))
     if "task" not in kwargs or "difficulty" not in kwargs:
         raise ValueError("no probe set: pass --probe-file rows.pt, or --task T --difficulty D (built by "
-                         f"--datamodule-factory {factory}); " + (
+                         "--datamodule-factory MODULE.FUNCTION); " + (
                              "the checkpoint and its run folder record no task" if kind == "lightning" else
                              "Hugging Face folders record no task"))
+    if factory is None:
+        raise ValueError(f"no datamodule factory to build the probe rows of task {kwargs['task']!r}/"
+                         f"{kwargs['difficulty']!r}: pass --datamodule-factory MODULE.FUNCTION (datamodule_factory= "
+                         "in Python), or --probe-file rows.pt; the run's summary records no datamodule_factory")
     notes = [f"datamodule arguments from {source}" for source in sources]
     # a datamodule that saved its hyperparameters is rebuilt from them, val_size included
     if sources and "val_size" not in kwargs and not any("hyper_parameters" in s for s in sources):

@@ -5,9 +5,9 @@
 - the watched layers, token selector, ``num_rows`` and mask key of the live
   :class:`~capgeo_callbacks.RankMeMonitor`: the ``"config"`` of its callback state (checkpoints written
   by capgeo 0.1 have no config: the layers are then parsed from the state key);
-- the datamodule arguments: ``task``, ``difficulty``, ``seed``, ``task_params`` and ``datamodule`` of the
-  run folder's ``capgeo_summary.json``, then ``checkpoint["capgeo"]["datamodule"]`` and the checkpoint's
-  ``datamodule_hyper_parameters``;
+- the datamodule factory (``datamodule_factory`` of the run folder's ``capgeo_summary.json``) and its
+  arguments: ``task``, ``difficulty``, ``seed``, ``task_params`` and ``datamodule`` of that summary, then
+  ``checkpoint["capgeo"]["datamodule"]`` and the checkpoint's ``datamodule_hyper_parameters``;
 - the run-info fields and the detection settings of the live summary (docs/design.md, "Summary"), so that
   an offline summary of the same run describes it the same way and detects with the same settings.
 """
@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import ast
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +23,15 @@ from typing import Any
 from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.offline.measured import WarningLog
 from capgeo_callbacks.offline.revisions import Revision, load_checkpoint
-from capgeo_callbacks.summary import SUMMARY_FILENAME, run_info_of
+from capgeo_callbacks.runs import RunRecord, find_run_summary, read_run
+from capgeo_callbacks.summary import run_info_of
 
 __all__ = [
     "OFFLINE_KEYS",
     "MonitorConfig",
-    "RunRecord",
-    "find_run_summary",
+    "RecordedSetup",
     "read_record",
+    "recorded_factory",
     "recorded_datamodule",
     "recorded_module_class",
     "recorded_monitor",
@@ -63,43 +63,51 @@ class MonitorConfig:
 
 
 @dataclass
-class RunRecord:
-    """Everything a run recorded that offline analysis uses (all empty for Hugging Face folders).
+class RecordedSetup:
+    """How a run was set up, as its checkpoints and live summary record it: everything offline analysis uses
+    (all empty for Hugging Face folders).
 
     Attributes:
         module_class: dotted path of the LightningModule class.
         hyper_parameters: the module's hyperparameters (of the last checkpoint).
         monitor: the live RankMe monitor's configuration.
+        datamodule_factory: dotted path of the datamodule factory the run recorded, if any.
         datamodule: datamodule factory arguments.
         sources: where those arguments came from.
         run_info: the run-info fields of the live summary (task, difficulty, size, seed, parameters, ...).
         steps: training steps the live summary records.
         settings: the live run's detection settings.
-        summary_path: the run folder's ``capgeo_summary.json``, if there is one.
+        run: the live run (:class:`~capgeo_callbacks.runs.RunRecord`: its ``capgeo_summary.json``), if there is one.
     """
 
     module_class: str | None = None
     hyper_parameters: dict[str, Any] = field(default_factory=dict)
     monitor: MonitorConfig | None = None
+    datamodule_factory: str | None = None
     datamodule: dict[str, Any] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     run_info: dict[str, Any] = field(default_factory=dict)
     steps: int | None = None
     settings: DetectionSettings | None = None
-    summary_path: Path | None = None
+    run: RunRecord | None = None
+
+    @property
+    def summary_path(self) -> Path | None:
+        """The live run's ``capgeo_summary.json``, if there is one."""
+        return None if self.run is None else self.run.path
 
 
-def read_record(revisions: Sequence[Revision], allow_pickle: bool, warn: WarningLog) -> RunRecord:
+def read_record(revisions: Sequence[Revision], allow_pickle: bool, warn: WarningLog) -> RecordedSetup:
     """What the checkpoints of ``revisions`` and their run folder record.
 
     Checkpoints are read from the last one back (a full ``last.ckpt`` holds the callback states that
     weights-only checkpoints lack) until the class, the monitor and the datamodule arguments are found.
     """
-    record = RunRecord()
+    record = RecordedSetup()
     if not revisions or revisions[0].kind != "lightning":
         return record
-    record.summary_path = find_run_summary(revisions[0].path)
-    summary = _read_json(record.summary_path, warn) if record.summary_path else None
+    record.run = _read_run(find_run_summary(revisions[0].path), warn)
+    summary = None if record.run is None else record.run.summary
     checkpoint_datamodule: dict[str, Any] = {}
     checkpoint_sources: list[str] = []
     for revision in reversed(revisions):
@@ -113,6 +121,7 @@ def read_record(revisions: Sequence[Revision], allow_pickle: bool, warn: Warning
         del checkpoint
         if record.module_class and record.monitor and checkpoint_sources:
             break
+    record.datamodule_factory = recorded_factory(summary)
     record.datamodule, record.sources = recorded_datamodule(summary, record.summary_path)
     record.datamodule.update(checkpoint_datamodule)
     record.sources += checkpoint_sources
@@ -165,12 +174,10 @@ def recorded_monitor(checkpoint: Mapping[str, Any], prefix: str = "rankme") -> M
     return None
 
 
-def find_run_summary(checkpoint_path: Path) -> Path | None:
-    """The run folder's ``capgeo_summary.json`` beside a checkpoint or one folder up (``checkpoints/``)."""
-    for folder in (checkpoint_path.parent, checkpoint_path.parent.parent):
-        if (folder / SUMMARY_FILENAME).is_file():
-            return folder / SUMMARY_FILENAME
-    return None
+def recorded_factory(summary: Mapping[str, Any] | None) -> str | None:
+    """The dotted path of the datamodule factory a live summary records (``datamodule_factory``), or None."""
+    factory = None if summary is None else summary.get("datamodule_factory")
+    return factory if isinstance(factory, str) and factory else None
 
 
 def recorded_datamodule(summary: Mapping[str, Any] | None, path: Path | None) -> tuple[dict[str, Any], list[str]]:
@@ -220,10 +227,11 @@ def recorded_settings(summary: Mapping[str, Any], warn: WarningLog) -> Detection
         return None
 
 
-def _read_json(path: Path, warn: WarningLog) -> dict[str, Any] | None:
+def _read_run(path: Path | None, warn: WarningLog) -> RunRecord | None:
+    if path is None:
+        return None
     try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        return read_run(path)
+    except (OSError, ValueError) as err:
         warn("summary", f"cannot read {path} ({err}); what it records is not used")
         return None
-    return value if isinstance(value, dict) else None

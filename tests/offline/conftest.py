@@ -26,6 +26,7 @@ LIVE_TAG = {"embed": "embed_in", "layers.0": "layers.0", "layers.1": "layers.1",
 # RankMe falls and recovers before that, so these settings raise alerts before acquisition.
 TASK, DIFFICULTY, MAX_STEPS, EVERY = "copy", "easy", 36, 4
 DM_KWARGS = {"seed": 0, "batch_size": 64, "val_size": 128, "eval_batch_size": 128}
+FACTORY = "tasks.datamodule.make_datamodule"  # what train.py records as the run's datamodule_factory
 LAYERS = ("model.blocks.*", "model.norm_f")
 NUM_ROWS = 256
 SETTINGS = DetectionSettings(min_drop=0.1, recovery_fraction=0.05, recovery_evals=1, smoothing=1, patience=2)
@@ -132,7 +133,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
                                      lr=3e-3, warmup_steps=4, max_steps=MAX_STEPS)
     run_info = {"task": TASK, "difficulty": DIFFICULTY, "size": "xs", "seed": 0,
                 "parameters": module.model.num_parameters(), "max_steps": MAX_STEPS, "lr": 3e-3,
-                "task_params": datamodule.params,
+                "task_params": datamodule.params, "datamodule_factory": FACTORY,
                 "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size,
                                "val_size": datamodule.val_size, "test_size": datamodule.test_size,
                                "eval_batch_size": datamodule.eval_batch_size}}

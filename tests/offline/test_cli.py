@@ -90,8 +90,9 @@ def test_train_py_run_analysed_offline(tmp_path) -> None:
     # checkpoint and its run folder
     assert main([str(run_dir), "--output", str(out), "--quiet"]) == 0
     offline = json.loads(out.read_text())
+    assert live["datamodule_factory"] == "tasks.datamodule.make_datamodule"  # how the probe rows are rebuilt
     for key in ("task", "difficulty", "size", "seed", "parameters", "max_steps", "task_params", "datamodule",
-                "settings", "monitor", "selectors"):
+                "datamodule_factory", "settings", "monitor", "selectors"):
         assert offline[key] == live[key], key
     assert offline["analysis"]["watched"] == ["model.blocks.*", "model.norm_f"]  # the live monitor's patterns
     [revision] = offline["revisions"]

@@ -11,7 +11,7 @@ from lightning.pytorch import Trainer
 
 from capgeo_callbacks.callbacks.rankme_monitor import DEFAULT_LAYERS
 from capgeo_callbacks.offline import analyze, find_revisions
-from tests.offline.conftest import DIFFICULTY, DM_KWARGS, NUM_ROWS, REL, TASK, TrainedRun, rel_diff
+from tests.offline.conftest import DIFFICULTY, DM_KWARGS, FACTORY, NUM_ROWS, REL, TASK, TrainedRun, rel_diff
 
 
 def test_weights_only_checkpoints_give_the_live_series(trained_run: TrainedRun, tmp_path) -> None:
@@ -20,8 +20,10 @@ def test_weights_only_checkpoints_give_the_live_series(trained_run: TrainedRun, 
         shutil.copy(path, tmp_path / path.name)
     checkpoint = torch.load(next(tmp_path.glob("*.ckpt")), weights_only=True)
     assert "callbacks" not in checkpoint and checkpoint["capgeo"]["module_class"]  # the class is recorded
-    summary = analyze(tmp_path, task=TASK, difficulty=DIFFICULTY, datamodule_kwargs=DM_KWARGS, num_rows=NUM_ROWS,
-                      probes=True)
+    with pytest.raises(ValueError, match="--datamodule-factory"):  # no run folder: nothing records the factory
+        analyze(tmp_path, task=TASK, difficulty=DIFFICULTY, datamodule_kwargs=DM_KWARGS, num_rows=NUM_ROWS)
+    summary = analyze(tmp_path, task=TASK, difficulty=DIFFICULTY, datamodule_factory=FACTORY,
+                      datamodule_kwargs=DM_KWARGS, num_rows=NUM_ROWS, probes=True)
 
     assert [r["step"] for r in summary["revisions"]] == list(range(4, 37, 4))  # by global_step, not by name
     assert summary["analysis"]["layers"] == ["blocks.0", "blocks.1", "norm_f"]
@@ -59,9 +61,10 @@ def test_checkpoint_without_a_recorded_class_asks_for_one(tmp_path) -> None:
     torch.save(checkpoint, tmp_path / "a.ckpt")
     assert [r.step for r in find_revisions(tmp_path)] == [0]
     with pytest.raises(ValueError, match="--module-class"):
-        analyze(tmp_path, task="add", difficulty="easy")
+        analyze(tmp_path, task="add", difficulty="easy", datamodule_factory=FACTORY)
     with pytest.raises(ValueError, match="not a lightning.pytorch.LightningModule subclass"):
-        analyze(tmp_path, task="add", difficulty="easy", module_class="capgeo_callbacks.offline.analyze")
+        analyze(tmp_path, task="add", difficulty="easy", datamodule_factory=FACTORY,
+                module_class="capgeo_callbacks.offline.analyze")
 
 
 def test_same_step_with_different_weights_is_two_runs(trained_run: TrainedRun, tmp_path) -> None:
@@ -71,4 +74,5 @@ def test_same_step_with_different_weights_is_two_runs(trained_run: TrainedRun, t
     checkpoint["state_dict"] = {k: v + 1 for k, v in checkpoint["state_dict"].items()}
     torch.save(checkpoint, tmp_path / "a" / "copy-step=4.ckpt")
     with pytest.raises(ValueError, match="two runs in one folder"):
-        analyze(tmp_path / "a", task=TASK, difficulty=DIFFICULTY, datamodule_kwargs=DM_KWARGS, num_rows=NUM_ROWS)
+        analyze(tmp_path / "a", task=TASK, difficulty=DIFFICULTY, datamodule_factory=FACTORY,
+                datamodule_kwargs=DM_KWARGS, num_rows=NUM_ROWS)

@@ -12,6 +12,7 @@ from capgeo_callbacks.offline.measured import WarningLog
 from capgeo_callbacks.offline.recorded import (
     MonitorConfig,
     recorded_datamodule,
+    recorded_factory,
     recorded_module_class,
     recorded_monitor,
     recorded_run_info,
@@ -67,3 +68,9 @@ def test_run_info_settings_and_datamodule_of_a_live_summary(caplog) -> None:
         assert recorded_settings({"settings": {"min_drop": 2.0}}, warn) is None
     assert "min_drop must be in (0, 1)" in warn.messages[0] and "min_drop" in caplog.text
     assert recorded_settings({}, warn) is None and recorded_datamodule(None, None) == ({}, [])
+
+
+def test_the_datamodule_factory_is_the_one_the_run_recorded() -> None:
+    assert recorded_factory({"datamodule_factory": "pkg.data.make"}) == "pkg.data.make"
+    assert recorded_factory({"datamodule_factory": ""}) is None and recorded_factory({}) is None
+    assert recorded_factory(None) is None

@@ -1,7 +1,7 @@
 """The study's claims, tested on a folder of runs
 ===============================================
 
-    python -m capgeo_callbacks.claims corpus --out docs/claims
+    python -m study.claims corpus/hard --out docs/claims
 
 Each claim of the study (arXiv 2602.15997) is restated as a count over the runs that can test it, with n,
 the rate or the correlation, a Wilson 95% interval for rates, and a verdict: ``reproduced`` (the study's
@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.evaluate import wilson
-from capgeo_callbacks.report import RunRecord, find_runs, precursor_rates, size_correlations
+from capgeo_callbacks.runs import RunRecord, find_runs
+from capgeo_callbacks.stats import wilson
 from capgeo_callbacks.summary import layer_names
+from study.report import precursor_rates, size_correlations
 
 __all__ = ["Claim", "claims", "render"]
 
@@ -174,12 +175,12 @@ def render(found: Sequence[Claim], command: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> list[Claim]:
-    parser = argparse.ArgumentParser(prog="python -m capgeo_callbacks.claims", description=__doc__.split("\n")[3])
+    parser = argparse.ArgumentParser(prog="python -m study.claims", description=__doc__.split("\n")[3])
     parser.add_argument("runs_dir")
     parser.add_argument("--out", help="write claims.md into this folder")
     args = parser.parse_args(argv)
     found = claims(find_runs(args.runs_dir))
-    text = render(found, "python -m capgeo_callbacks.claims " + " ".join(sys.argv[1:] if argv is None else argv))
+    text = render(found, "python -m study.claims " + " ".join(sys.argv[1:] if argv is None else argv))
     print(text)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

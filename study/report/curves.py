@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from capgeo_callbacks.detection import spearman
-from capgeo_callbacks.report.runs import _DIFFICULTY_ORDER, RANKME_PREFIX, RunRecord
+from capgeo_callbacks.runs import DIFFICULTY_ORDER, RunRecord
 from capgeo_callbacks.summary import layer_names
+from study.report.rows import RANKME_PREFIX
 
 # --------------------------------------------------------------------------------------- correlations
 
@@ -129,7 +130,7 @@ def size_correlations(
                 "large_seeds": len(large_runs),
                 "layer": " ".join(shown), "rho": rho, "grid_points": used,
             })
-    rows.sort(key=lambda r: (r["task"], _DIFFICULTY_ORDER.get(r["difficulty"], 9), r["difficulty"],
+    rows.sort(key=lambda r: (r["task"], DIFFICULTY_ORDER.get(r["difficulty"], 9), r["difficulty"],
                              r["large_parameters"]))
     return rows
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Screenshots of a run in a real TensorBoard server, taken with headless Chromium at TensorBoard's default
-# settings (README, "The dashboard"):  experiments/screenshots.sh RUN_DIR OUT_DIR
+# settings (README, "The dashboard"):  study/screenshots.sh RUN_DIR OUT_DIR
 set -euo pipefail
 run_dir=$1; out_dir=$2; port=${PORT:-6006}
 mkdir -p "$out_dir"

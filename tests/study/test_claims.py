@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capgeo_callbacks.claims import claims, main
-from capgeo_callbacks.report import RunRecord
+from capgeo_callbacks.runs import RunRecord
+from study.claims import claims, main
 
 
 def run(name: str, **fields: object) -> RunRecord:

@@ -1,9 +1,8 @@
-"""capgeo_callbacks.report: tables, CSV, rates and curve correlations from hand-made summaries, plus one
+"""study.report: tables, CSV, rates and curve correlations from hand-made summaries, plus one
 real sweep of two tiny train.py runs read back by the report."""
 
 from __future__ import annotations
 
-import ast
 import csv
 import json
 import math
@@ -14,11 +13,11 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from capgeo_callbacks import report
 from capgeo_callbacks.detection import spearman
+from capgeo_callbacks.runs import find_runs
 from capgeo_callbacks.summary import SUMMARY_FILENAME
+from study import report
 
-ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LAYERS_XS = ("blocks.0", "blocks.1", "norm_f")
 
@@ -84,23 +83,8 @@ def runs_dir(tmp_path: Path) -> Path:
     return root
 
 
-def test_find_runs_takes_the_newest_version_with_a_summary(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    root = tmp_path / "runs"
-    write_run(root, "mod-hard-xs-s0", make_summary(steps=10), version=0)
-    write_run(root, "mod-hard-xs-s0", make_summary(steps=20), version=1)
-    (root / "mod-hard-xs-s0" / "version_2").mkdir()  # a later run killed before writing its summary
-    broken = root / "other" / "version_0" / SUMMARY_FILENAME
-    broken.parent.mkdir(parents=True)
-    broken.write_text("{not json")
-    records = report.find_runs(root)
-    assert [(r.name, r.version, r.summary["steps"]) for r in records] == [("mod-hard-xs-s0", "version_1", 20)]
-    assert "not a readable summary" in caplog.text
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        report.find_runs(tmp_path / "missing")
-
-
 def test_runs_table_cells(runs_dir: Path) -> None:
-    records = report.find_runs(runs_dir)
+    records = find_runs(runs_dir)
     # display order: task, difficulty (easy before hard), then size by parameters
     assert [r.name for r in records] == ["sort-easy-xs-s0", "sort-hard-xs-s0", "sort-hard-s-s0"]
     rows = [report.run_row(r) for r in records]
@@ -114,7 +98,7 @@ def test_runs_table_cells(runs_dir: Path) -> None:
 
 
 def test_csv_has_one_row_per_run_and_empty_missing_cells(runs_dir: Path, tmp_path: Path) -> None:
-    rows = [report.run_row(r) for r in report.find_runs(runs_dir)]
+    rows = [report.run_row(r) for r in find_runs(runs_dir)]
     path = report.write_csv(rows, tmp_path / "runs.csv")
     with path.open() as handle:
         table = {row["run"]: row for row in csv.DictReader(handle)}
@@ -129,8 +113,8 @@ def test_csv_has_one_row_per_run_and_empty_missing_cells(runs_dir: Path, tmp_pat
 
 
 def test_precursor_rate_on_hard_runs(runs_dir: Path) -> None:
-    rates = {r["measure"]: r for r in report.precursor_rates(report.find_runs(runs_dir))}
-    order = [r["measure"] for r in report.precursor_rates(report.find_runs(runs_dir))]
+    rates = {r["measure"]: r for r in report.precursor_rates(find_runs(runs_dir))}
+    order = [r["measure"] for r in report.precursor_rates(find_runs(runs_dir))]
     assert order == ["RankMe verdict", "rankme/* (any layer)", "rankme/blocks.0", "rankme/norm_f",
                      "probe_acc/* (any layer)", "probe_acc/norm_f", "llc"]
 
@@ -144,9 +128,9 @@ def test_precursor_rate_on_hard_runs(runs_dir: Path) -> None:
     assert counts("rankme/norm_f") == (2, 1, 0, 0.0, 0.0)
     assert counts("probe_acc/norm_f") == (1, 1, 1, 1.0, 1.0)
     assert counts("llc") == (2, 1, 0, 0.0, 0.0)
-    easy = {r["measure"]: r for r in report.precursor_rates(report.find_runs(runs_dir), difficulty="easy")}
+    easy = {r["measure"]: r for r in report.precursor_rates(find_runs(runs_dir), difficulty="easy")}
     assert easy["rankme/norm_f"]["preceded"] == 1 and easy["RankMe verdict"]["preceded"] == 0
-    assert report.precursor_rates(report.find_runs(runs_dir), difficulty="medium") == []
+    assert report.precursor_rates(find_runs(runs_dir), difficulty="medium") == []
 
 
 def _independent_rho(curves_small: list[tuple[np.ndarray, np.ndarray]],
@@ -176,7 +160,7 @@ def test_size_correlation_matches_scipy_on_interpolated_curves(tmp_path: Path) -
             task="mod", size="big", seed=seed, parameters=5_000_000, max_steps=2000, eval_steps=large_steps,
             rankme={"blocks.0": [1.0] * 50, "blocks.3": [2.0] * 50, "norm_f": large[seed].tolist()},
             acc=[0.0] * 50))
-    rows = report.size_correlations(report.find_runs(root))
+    rows = report.size_correlations(find_runs(root))
     assert len(rows) == 1
     row = rows[0]
     assert (row["small_size"], row["large_size"], row["small_seeds"], row["large_seeds"]) == ("xs", "big", 1, 2)
@@ -186,9 +170,9 @@ def test_size_correlation_matches_scipy_on_interpolated_curves(tmp_path: Path) -
     assert row["rho"] == pytest.approx(expected, abs=1e-12)
     assert 0.5 < row["rho"] <= 1.0
     # a named layer both sizes have; a constant curve has no rank correlation
-    named = report.size_correlations(report.find_runs(root), layer="blocks.0")
+    named = report.size_correlations(find_runs(root), layer="blocks.0")
     assert named[0]["layer"] == "blocks.0" and named[0]["rho"] is None
-    assert report.size_correlations(report.find_runs(root), layer="blocks.3") == []  # the small size lacks it
+    assert report.size_correlations(find_runs(root), layer="blocks.3") == []  # the small size lacks it
     markdown = report.render_markdown([], [], rows + named)
     assert f"| mod | hard | xs (414,976, 1) | big (5,000,000, 2) | norm_f | {row['rho']:.3f} |" in markdown
     assert "| blocks.0 | — |" in markdown
@@ -246,16 +230,6 @@ def test_cli_errors_on_a_folder_without_runs(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(SystemExit):
         report.main([str(tmp_path)])
     assert "no capgeo_summary.json" in capsys.readouterr().err
-
-
-def test_report_imports_neither_tasks_nor_models() -> None:
-    for path in (ROOT / "capgeo_callbacks" / "report").glob("*.py"):
-        tree = ast.parse(path.read_text())
-        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                    for alias in node.names}
-        imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
-                     if isinstance(node, ast.ImportFrom)}
-        assert not imported & {"tasks", "models", "train", "sweep"}, path
 
 
 @pytest.mark.slow

@@ -1,99 +1,20 @@
-"""Reading a folder of runs: each run's newest summary, its table row, the per-measure precursor rate."""
+"""A run's table row and the per-measure precursor rate, from the runs :func:`capgeo_callbacks.runs.find_runs` reads."""
 
 from __future__ import annotations
 
-import logging
-import math
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.summary import SUMMARY_FILENAME, layer_names, read_summary
-
-log = logging.getLogger("capgeo.report")
+from capgeo_callbacks.runs import RunRecord
+from capgeo_callbacks.summary import layer_names
 
 MISSING = "—"
 RANKME_PREFIX = "rankme/"
-# Display order of capgeo's difficulty names (any other name sorts after them, alphabetically).
-_DIFFICULTY_ORDER = {"easy": 0, "medium": 1, "hard": 2}
-_VERSION = re.compile(r"version_(\d+)")
 CSV_COLUMNS = (
     "run", "version", "task", "difficulty", "size", "seed", "parameters", "steps", "max_steps", "verdict",
     "verdict_layer", "gap", "acquisition_step", "logprob_emergence_step", "acc_at_logprob_emergence",
     "layer_order_rho", "summary_path",
 )
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One run's summary and where it was found.
-
-    Attributes:
-        name: the run folder (above ``version_*``), relative to the runs folder, with ``/`` separators.
-        version: the ``version_*`` folder the summary is in, or None if it sits in the run folder itself.
-        path: the summary file.
-        summary: its parsed contents.
-    """
-
-    name: str
-    version: str | None
-    path: Path
-    summary: dict[str, Any]
-
-
-# ----------------------------------------------------------------------------------------------- loading
-
-
-def find_runs(runs_dir: str | Path, filename: str = SUMMARY_FILENAME) -> list[RunRecord]:
-    """Every run under ``runs_dir`` with a summary, one record per run, sorted for display.
-
-    When a run folder has several ``version_*`` folders with a summary, the newest (highest number) wins.
-    A gzipped summary (``capgeo_summary.json.gz``, how a corpus is committed) counts as one. A summary that is
-    not valid JSON is skipped with a warning.
-
-    Args:
-        runs_dir: the folder to search (recursively).
-        filename: the summary's file name.
-
-    Raises:
-        FileNotFoundError: if ``runs_dir`` is not a folder.
-    """
-    root = Path(runs_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"runs folder {str(root)!r} does not exist or is not a folder")
-    newest: dict[str, tuple[int, RunRecord]] = {}
-    for path in sorted([*root.rglob(filename), *root.rglob(filename + ".gz")]):
-        match = _VERSION.fullmatch(path.parent.name)
-        run_root = path.parent.parent if match else path.parent
-        number = int(match.group(1)) if match else -1
-        relative = run_root.relative_to(root).as_posix()
-        name = run_root.name if relative == "." else relative
-        if name in newest and newest[name][0] > number:
-            continue
-        try:
-            summary = read_summary(path)
-        except (OSError, ValueError) as err:
-            log.warning("skipping %s: not a readable summary (%s)", path, err)
-            continue
-        if not isinstance(summary, dict):
-            log.warning("skipping %s: not a summary (a JSON object was expected)", path)
-            continue
-        newest[name] = (number, RunRecord(name, path.parent.name if match else None, path, summary))
-    return sorted((record for _, record in newest.values()), key=_sort_key)
-
-
-def _sort_key(record: RunRecord) -> tuple[Any, ...]:
-    s = record.summary
-    difficulty = str(s.get("difficulty") or "")
-    parameters = s.get("parameters")
-    return (str(s.get("task") or ""), _DIFFICULTY_ORDER.get(difficulty, len(_DIFFICULTY_ORDER)), difficulty,
-            parameters if isinstance(parameters, (int, float)) else math.inf, _seed_key(s.get("seed")), record.name)
-
-
-def _seed_key(seed: Any) -> float:
-    return float(seed) if isinstance(seed, (int, float)) else math.inf
 
 
 # ------------------------------------------------------------------------------------------------- rows

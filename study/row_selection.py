@@ -2,7 +2,7 @@
 
     python train.py --task copy --difficulty hard --measures rankme,probes \
         --extra-selectors first_answer,question_mean --logdir runs/row-selection   # the same for mod and sort
-    python experiments/row_selection.py runs/row-selection --out docs/row-selection
+    python -m study.row_selection runs/row-selection --out docs/row-selection
 
 Draws RankMe per layer for each selection (every answer position, one row per example at the position that
 predicts the first answer, the mean over the question) beside accuracy, on a log step axis, and prints per
@@ -13,14 +13,11 @@ study's rule finds, and the acquisition step.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from capgeo_callbacks.detection import DetectionSettings, detect_run  # noqa: E402
-from capgeo_callbacks.figures import draw_run, new_figure  # noqa: E402
-from capgeo_callbacks.report import find_runs  # noqa: E402
+from capgeo_callbacks.detection import DetectionSettings, detect_run
+from capgeo_callbacks.figures import draw_run, new_figure
+from capgeo_callbacks.runs import find_runs
 
 SELECTIONS = {"answer": "rankme/", "first_answer": "rankme_first_answer/", "question_mean": "rankme_question_mean/"}
 
@@ -35,7 +32,7 @@ def as_default(summary: dict, prefix: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="python -m study.row_selection", description=__doc__.split("\n")[0])
     parser.add_argument("runs_dir")
     parser.add_argument("--out", default="docs/row-selection")
     args = parser.parse_args()

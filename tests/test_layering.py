@@ -1,0 +1,72 @@
+"""One direction between the packages (spec §2): the library imports none of the checkout's other packages,
+and the study sits on top of everything (nothing it does not own imports it).
+
+Static: an import in a subprocess cannot tell, since a name imported lazily inside a function only shows when
+that function runs.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKOUT_ONLY = ("study", "tasks", "models", "train", "sweep", "benchmarks")  # never installed, never imported
+
+
+def modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def imported(path: Path) -> Iterator[tuple[int, str]]:
+    """Every absolute module name ``path`` imports, anywhere in it (functions included), with its line."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")):
+            yield node.lineno, node.args[0].value
+
+
+def named_defaults(path: Path) -> Iterator[tuple[int, str]]:
+    """String defaults (function arguments, module constants) that are dotted paths: what a library resolves
+    at run time without importing it."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        values: list[ast.expr] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            values = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node in tree.body and node.value is not None:
+            values = [node.value]
+        for value in values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str) and "." in value.value:
+                yield value.lineno, value.value
+
+
+def top(name: str) -> str:
+    return name.split(".")[0].split(":")[0]
+
+
+def test_there_are_modules_to_check() -> None:
+    assert len(modules("capgeo_callbacks")) > 40 and modules("study") and modules("tasks") and modules("models")
+
+
+@pytest.mark.parametrize("path", modules("capgeo_callbacks"), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_the_library_imports_nothing_of_the_checkout(path: Path) -> None:
+    wrong = [(line, name) for line, name in imported(path) if top(name) in CHECKOUT_ONLY]
+    assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}: capgeo_callbacks must stand alone"
+    named = [(line, value) for line, value in named_defaults(path) if top(value) in CHECKOUT_ONLY]
+    assert not named, f"{path.relative_to(ROOT)} defaults to {named}: take it as an argument, or what the run records"
+
+
+@pytest.mark.parametrize("package", ["tasks", "models"])
+def test_tasks_and_models_never_import_the_study(package: str) -> None:
+    for path in modules(package):
+        wrong = [(line, name) for line, name in imported(path) if top(name) in ("study", "train", "sweep")]
+        assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}"
