@@ -23,6 +23,7 @@ import json
 import math
 import subprocess
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
