@@ -200,6 +200,13 @@ def register(chosen: dict[str, Any]) -> dict[str, Any]:
         rule = final_rule(name, runs)
         entries[role] = {"name": name, "class": f"{type(rule).__module__}.{type(rule).__qualname__}",
                          "settings": rule.settings()}
+    comparators = {}
+    for role, names in (("warnings", ("study", "loss-onset", "logprob-emergence", "warmup-end", "clock-20")),
+                        ("forecasters", ("clock", "logprob-threshold-calibrated", "curve-families", "ridge"))):
+        for name in names:
+            rule = final_rule(name, runs)
+            comparators.setdefault(role, {})[name] = {"class": f"{type(rule).__module__}.{type(rule).__qualname__}",
+                                                      "settings": rule.settings()}
     learned = sorted({run.summary["task"] for run in runs if run.acquisition is not None and not run.control})
     return {
         "registered": datetime.date.today().isoformat(),
@@ -208,6 +215,7 @@ def register(chosen: dict[str, Any]) -> dict[str, Any]:
                       "runs": sorted(Path(run.name).name for run in runs), "report": "docs/forecast-selection.md"},
         **entries,
         "geometry_enters_default": chosen["geometry"],
+        "compared_with": comparators,  # what the held-out report sets beside the choice, frozen here too
         "held_out": {"seeds": [100, 101, 102], "tasks": learned, "controls": "the same tasks, --shuffle-answers",
                      "difficulty": "hard", "size": "xs"},
         "targets": {"warning": "precision >= 0.8 and recall >= 0.8, median lead >= 20% of the time to acquisition",
