@@ -54,7 +54,7 @@ from capgeo_callbacks.selectors import SELECTORS
 from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, verdict_table, write_summary
 from models import SIZES, CapabilityModule
 from models.lightning_module import LR_SCHEDULES
-from tasks.budgets import budget
+from tasks.budgets import Budget, budget
 from tasks.chance import chance_level
 from tasks.space import MIN_EVAL_QUESTIONS
 
@@ -89,8 +89,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=None, help="batch size (default: per task)")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per task)")
     parser.add_argument("--warmup-steps", type=int, default=None,
-                        help="linear learning-rate warm-up, in steps (default: the level's, 100, but at most a tenth "
-                             "of --max-steps; a value given here is used as it is)")
+                        help=f"linear learning-rate warm-up, in steps (default: the level's, {Budget.warmup_steps}, "
+                             "but at most a tenth of --max-steps; a value given here is used as it is)")
     parser.add_argument("--lr-schedule", default="cosine", choices=LR_SCHEDULES,
                         help="after the warm-up: 'cosine' decay to a tenth of --lr at --max-steps, or 'constant'")
     parser.add_argument("--seed", type=int, default=0, help="seed for data, initialisation and training")

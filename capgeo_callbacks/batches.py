@@ -3,7 +3,11 @@
 A batch is a tensor, a mapping (capgeo's ``{"input_ids", "targets", "answer_mask"}``) or a tuple/list
 (``(x, y)``) whose tensor leaves all have the batch as their leading dimension. The answer-mask
 convention: ``targets`` (B, T) are the next tokens and ``answer_mask`` (B, T) marks the positions whose
-target is an answer token; loss and accuracy count only those. ``models`` uses the same loss.
+target is an answer token; loss and accuracy count only those.
+
+A public module of the library (its names are in ``__all__``): the answer loss and scores here are the ones
+capgeo's own ``models`` train and validate with, and the ones offline analysis scores revisions with, so
+``val/acc`` and ``val/logprob`` mean the same live and offline.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ __all__ = [
     "ANSWER_KEYS",
     "answer_cross_entropy",
     "answer_labels",
+    "answer_scores",
     "batch_size_of",
     "concat_batches",
     "default_forward",
@@ -42,6 +47,28 @@ def answer_cross_entropy(logits: Tensor, batch: Mapping[str, Tensor]) -> Tensor:
     per_token = F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), reduction="none")
     mask = batch["answer_mask"].flatten().to(per_token.dtype)
     return (per_token * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def answer_scores(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> dict[str, Tensor]:
+    """Per example and per answer token, how right the model is under teacher forcing.
+
+    Args:
+        logits: (B, T, V) the model's output.
+        targets: (B, T) the next tokens.
+        answer_mask: (B, T) true where the target is an answer token.
+
+    Returns:
+        ``exact`` (B,): 1.0 where every answer token is the argmax (capgeo's ``val/acc``);
+        ``token_right`` (N,): 1.0 per answer token that is the argmax; ``token_logprob`` (N,): the log-probability
+        of each correct answer token (its mean is ``val/logprob``); N = answer tokens in the batch, in row-major
+        order. The log-softmax is taken on the answer positions only, in float32.
+    """
+    mask = answer_mask.to(torch.bool)
+    right = logits.argmax(dim=-1) == targets  # (B, T)
+    log_probs = logits[mask].float().log_softmax(dim=-1)  # (N, V)
+    token_logprob = log_probs.gather(-1, targets[mask].unsqueeze(-1)).squeeze(-1)  # (N,)
+    return {"exact": (right | ~mask).all(dim=1).float(), "token_right": right[mask].float(),
+            "token_logprob": token_logprob}
 
 
 def answer_labels(batch: Any, target_key: str = "targets", mask_key: str = "answer_mask") -> Tensor:

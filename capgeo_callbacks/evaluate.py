@@ -48,7 +48,7 @@ __all__ = ["RULES", "Rule", "RunSeries", "candidate_rules", "learning_onset", "s
 LOGPROB_TAGS = ("val/logprob", "logprob", "probe_set/logprob")
 ONSET_FRACTION = 0.10  # of the way from the post-warm-up plateau to the best log-prob
 MIN_LEARNING = 0.05  # nats: less rise than this over a run is no learning at all
-DEFAULT_GUARD = 100  # steps: train.py's learning-rate warm-up
+NO_WARMUP = 0  # steps: a run whose summary records no ``warmup_steps`` is taken to have had no warm-up
 
 
 # ------------------------------------------------------------------------------------------------ runs
@@ -88,6 +88,17 @@ class RunSeries:
     def max_steps(self) -> int:
         return int(self.info.get("max_steps") or (self.steps[-1] if self.steps else 0))
 
+    @property
+    def warmup_steps(self) -> int | None:
+        """The learning-rate warm-up the run's summary records (``warmup_steps``), or None."""
+        value = self.info.get("warmup_steps")
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    @property
+    def guard(self) -> int:
+        """Where the log-prob plateau is read from: the end of the recorded warm-up, else step 0 (:data:`NO_WARMUP`)."""
+        return NO_WARMUP if self.warmup_steps is None else self.warmup_steps
+
     def acquisition(self, settings: DetectionSettings) -> int | None:
         return detect_acquisition(self.steps, self.acc, settings.threshold, settings.patience)
 
@@ -122,10 +133,11 @@ def load_runs(runs_dir: str | Path) -> list[RunSeries]:
 # ------------------------------------------------------------------------------------------- onsets
 
 
-def learning_onset(steps: Sequence[int], logprob: Sequence[float] | None, guard: int = DEFAULT_GUARD) -> int | None:
+def learning_onset(steps: Sequence[int], logprob: Sequence[float] | None, guard: int = NO_WARMUP) -> int | None:
     """The evaluation at which the answer's log-prob leaves its plateau (a label, computed on the whole run).
 
-    Plateau P: the median log-prob over the evaluations in [guard, 2 guard] (after the warm-up, where a
+    ``guard`` is the run's learning-rate warm-up (:attr:`RunSeries.guard`). Plateau P: the median log-prob over
+    the evaluations in [guard, 2 guard] (after the warm-up, where a
     model that has not learned predicts the answer tokens' marginal); best B: the highest log-prob (3-point
     smoothed). Onset: the first evaluation at or after ``guard`` where the log-prob reaches
     P + 0.10 (B - P). None without a log-prob series, or when B - P is under 0.05 nats (nothing learned).
@@ -147,7 +159,7 @@ def learning_onset(steps: Sequence[int], logprob: Sequence[float] | None, guard:
     return next(s for s, v in points if v >= level)
 
 
-def loss_onset_alert(steps: Sequence[int], logprob: Sequence[float] | None, guard: int = DEFAULT_GUARD,
+def loss_onset_alert(steps: Sequence[int], logprob: Sequence[float] | None, guard: int = NO_WARMUP,
                      units: float = 3.0, confirm: int = 2) -> int | None:
     """The loss-only baseline, live: the first evaluation after the plateau window [guard, 2 guard] at which
     the log-prob has stayed above the plateau's median by ``units`` of the plateau's own noise (at least
@@ -199,7 +211,7 @@ class Rule:
             alerts = replay_alerts(run.steps, run.acc, run.rankme, self.settings)
             return next((a.step for a in alerts if a.kind == "run"), None)
         if self.kind == "loss":
-            return loss_onset_alert(run.steps, run.logprob, self.settings.guard_steps or DEFAULT_GUARD)
+            return loss_onset_alert(run.steps, run.logprob, self.settings.guard_steps or run.guard)
         if self.kind == "logprob":
             if run.logprob is None:
                 return None
@@ -212,9 +224,9 @@ class Rule:
             return min(found) if found else None
         if self.kind == "clock":
             return next((s for s in run.steps if s >= self.clock * run.max_steps), None)
-        if self.kind == "warmup":
-            end = int(run.info.get("warmup_steps") or DEFAULT_GUARD)
-            return next((s for s in run.steps if s >= end), None)
+        if self.kind == "warmup":  # a run that records no warm-up has no end of one to ring at
+            end = run.warmup_steps
+            return None if end is None else next((s for s in run.steps if s >= end), None)
         raise ValueError(f"unknown rule kind {self.kind!r}; valid: rankme, loss, logprob, probe, clock, warmup")
 
 
@@ -305,7 +317,7 @@ def outcomes(rule: Rule, runs: Sequence[RunSeries]) -> list[Outcome]:
         alert = rule.alert_step(run)
         if alert is not None and acquisition is not None and alert >= acquisition:
             alert = None
-        onset = learning_onset(run.steps, run.logprob)  # a label: the same for every rule
+        onset = learning_onset(run.steps, run.logprob, run.guard)  # a label: the same for every rule
         found.append(Outcome(run.name, alert, acquisition, onset, run.negative_control))
     return found
 

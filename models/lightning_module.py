@@ -7,8 +7,9 @@ Logged keys:
     ``val/token_acc``: per-token accuracy over answer tokens.
     ``val/logprob``: mean log-probability of the correct answer tokens (``-val/loss``; logged under its own
     name because detection reads it as "log-prob emergence").
-(``test/...`` likewise.) Validation metrics are torchmetrics ``MeanMetric`` s: each example (or answer
-token) counts once, across batches of any size and across DDP ranks.
+(``test/...`` likewise.) The loss and the scores are the library's (:mod:`capgeo_callbacks.batches`, a public
+module), so offline analysis scores revisions the same way. Validation metrics are torchmetrics ``MeanMetric`` s:
+each example (or answer token) counts once, across batches of any size and across DDP ranks.
 """
 
 from __future__ import annotations
@@ -21,22 +22,12 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from capgeo_callbacks.batches import answer_cross_entropy
+from capgeo_callbacks.batches import answer_cross_entropy, answer_scores
 from models.sizes import build_model
+from tasks.budgets import Budget
 
 Batch = dict[str, Tensor]
 LR_SCHEDULES = ("cosine", "constant")
-
-
-def answer_scores(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> dict[str, Tensor]:
-    """Per example: whether the whole answer is right (B,); per answer token: right or not and the log-prob
-    of the correct token (N,), N = answer tokens in the batch."""
-    log_probs = logits.float().log_softmax(dim=-1)
-    target_log_probs = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    right = logits.argmax(dim=-1) == targets  # (B, T)
-    mask = answer_mask.to(torch.bool)
-    return {"exact": (right | ~mask).all(dim=1).float(), "token_right": right[mask].float(),
-            "token_logprob": target_log_probs[mask]}
 
 
 def answer_loss(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> Tensor:
@@ -45,7 +36,8 @@ def answer_loss(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> Tensor:
 
 
 def answer_metrics(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> dict[str, Tensor]:
-    """One batch's exact-match accuracy, mean answer-token log-prob and loss."""
+    """One batch's exact-match accuracy, mean answer-token log-prob and loss
+    (:func:`capgeo_callbacks.batches.answer_scores`)."""
     scores = answer_scores(logits, targets, answer_mask)
     logprob = scores["token_logprob"].mean() if scores["token_logprob"].numel() else torch.zeros(())
     return {"acc": scores["exact"].mean(), "logprob": logprob, "loss": -logprob}
@@ -61,6 +53,7 @@ class CapabilityModule(pl.LightningModule):
         lr: peak learning rate.
         weight_decay: AdamW weight decay on matrices (not on norms).
         warmup_steps: linear warm-up length.
+        (``lr``, ``weight_decay`` and ``warmup_steps`` default to a level's budget, :class:`tasks.budgets.Budget`.)
         max_steps: total steps, for the cosine decay (to ``min_lr_ratio * lr``).
         min_lr_ratio: final learning rate as a fraction of ``lr``.
         lr_schedule: after the warm-up, ``cosine`` (decay to ``min_lr_ratio * lr`` at ``max_steps``) or
@@ -74,9 +67,9 @@ class CapabilityModule(pl.LightningModule):
         size: str = "xs",
         vocab_size: int = 0,
         max_seq_len: int = 0,
-        lr: float = 1e-3,
-        weight_decay: float = 0.1,
-        warmup_steps: int = 100,
+        lr: float = Budget.lr,
+        weight_decay: float = Budget.weight_decay,
+        warmup_steps: int = Budget.warmup_steps,
         max_steps: int = 1000,
         min_lr_ratio: float = 0.1,
         betas: tuple[float, float] = (0.9, 0.98),

@@ -8,7 +8,7 @@ from pathlib import Path
 from tasks.budgets import budget
 from tasks.generators import build_spec
 from tasks.params import DIFFICULTIES, PARAM_DOCS, TASK_PARAMS, TASKS
-from tasks.space import eval_split_share, format_count, question_space
+from tasks.space import MIN_EVAL_QUESTIONS, eval_split_share, format_count, question_space
 from tasks.splits import VAL_BUCKETS, seeded_generator
 from tasks.vocab import decode
 
@@ -71,9 +71,9 @@ def params_table() -> str:
         "T is the length of `input_ids` (the sequence minus its last token); loss and accuracy count only"
         " the answer tokens. Questions: the number of distinct questions of the level (deduce counts its"
         f" facts as a set), then, in brackets, the {VAL_BUCKETS}% of them whose hash puts them in each"
-        " evaluation split (validation and test alike; the other 80% are training questions). Evaluation sets"
-        " hold up to 2,048 distinct questions drawn from their split (`train.py`: max(512, 2048 / answer"
-        " tokens)), never fewer than 512. Budget: the default run of `train.py` (`tasks/budgets.py`): steps,"
+        " evaluation split (validation and test alike; the other 80% are training questions). `train.py`"
+        f" validates (and tests) on {MIN_EVAL_QUESTIONS} distinct questions drawn from their split, on every"
+        " level. Budget: the default run of `train.py` (`tasks/budgets.py`): steps,"
         " batch size, peak learning rate and model size. Regenerate this file with `python -m tasks`.",
     ]
     return "\n".join(lines) + "\n"

@@ -46,8 +46,8 @@ def logprob_from(step: int | None) -> list[float]:
 
 def run(name: str, rankme: list[float], acquisition: int | None, onset: int | None = None, seed: int = 0,
         control: bool = False) -> RunSeries:
-    return RunSeries(name, {"task": "t", "difficulty": "hard", "seed": seed, "max_steps": 2000}, STEPS,
-                     acc_from(acquisition), {"norm_f": rankme}, logprob_from(onset), {}, control)
+    info = {"task": "t", "difficulty": "hard", "seed": seed, "max_steps": 2000, "warmup_steps": 100}
+    return RunSeries(name, info, STEPS, acc_from(acquisition), {"norm_f": rankme}, logprob_from(onset), {}, control)
 
 
 RUNS = [
@@ -95,7 +95,9 @@ def test_baselines() -> None:
     clock = {o.run: o.alert for o in score(Rule("clock", "clock", clock=0.2), RUNS)["outcomes"]}
     assert clock["miss"] == 400 and clock["alert after acquisition"] == 400 and clock["false alarm"] == 400
     warmup = {o.run: o.alert for o in score(Rule("warm-up", "warmup"), RUNS)["outcomes"]}
-    assert warmup["miss"] == 100 and warmup["never acquired, quiet"] == 100  # train.py's 100-step warm-up
+    assert warmup["miss"] == 100 and warmup["never acquired, quiet"] == 100  # the warm-up each run records
+    assert Rule("warm-up", "warmup").alert_step(RunSeries("no warm-up recorded", {}, STEPS, acc_from(None), {},
+                                                          None)) is None
     loss = {o.run: o.alert for o in score(Rule("loss", "loss"), RUNS)["outcomes"]}
     assert loss["never acquired, quiet"] is None  # a flat log-prob never leaves its plateau
     assert loss["miss"] is not None and 900 < loss["miss"] < 1200  # leaves the plateau after onset at 900

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from capgeo_callbacks.batches import answer_labels, to_device
+from capgeo_callbacks.batches import answer_labels, answer_scores, to_device
 from capgeo_callbacks.capture import HiddenStateCapture
 from capgeo_callbacks.layers import glob_match
 from capgeo_callbacks.measures.probes import linear_probe_accuracy
@@ -89,12 +89,11 @@ class _AnswerScore:
         self.logprob_sum = 0.0
 
     def add(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> None:
-        right = (logits.argmax(dim=-1) == targets) | ~mask
-        self.correct += int(right.all(dim=1).sum())
+        scores = answer_scores(logits, targets, mask)
+        self.correct += int(scores["exact"].sum())
         self.examples += int(mask.shape[0])
-        log_probs = logits[mask].float().log_softmax(dim=-1)  # answer positions only: (n, V)
-        self.logprob_sum += float(log_probs.gather(-1, targets[mask].unsqueeze(-1)).sum())
-        self.tokens += int(mask.sum())
+        self.logprob_sum += float(scores["token_logprob"].sum())
+        self.tokens += int(scores["token_logprob"].numel())
 
 
 def measure_hf(

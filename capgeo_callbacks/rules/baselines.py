@@ -67,13 +67,14 @@ class ClockRule(Rule):
 
 
 class WarmupEndRule(Rule):
-    """Warns at the end of the learning-rate warm-up: what an alert on the warm-up's RankMe dip amounts to."""
+    """Warns at the end of the learning-rate warm-up: what an alert on the warm-up's RankMe dip amounts to.
+    Never on a run that records no ``warmup_steps``: it has no warm-up end to ring at."""
 
     name = "warmup-end"
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
-        end = run.warmup_steps if run.warmup_steps is not None else 100
-        if raised or run.step < end:
+        end = run.warmup_steps
+        if raised or end is None or run.step < end:
             return RuleOutput()
         return RuleOutput(alerts=[self.alert(run, f"the learning-rate warm-up ended at step {end}")])
 

@@ -58,7 +58,8 @@ class GeometryRule(StudyRule):
 
     Args:
         settings: the detection settings (``guard_steps`` is raised to ``guard_warmups`` x the run's warm-up).
-        guard_warmups: how many warm-up lengths to ignore (the run's ``warmup_steps``; 100 if unknown).
+        guard_warmups: how many warm-up lengths to ignore (the run's ``warmup_steps``; a run that records none
+            is guarded by ``settings.guard_steps`` alone).
         rankme_prefix: tag prefix of the RankMe series.
     """
 
@@ -72,7 +73,7 @@ class GeometryRule(StudyRule):
         self.guard_warmups = float(guard_warmups)
 
     def settings_for(self, run: RunView) -> DetectionSettings:
-        warmup = run.warmup_steps if run.warmup_steps is not None else 100
+        warmup = run.warmup_steps or 0
         guard = max(self.detection.guard_steps, round(self.guard_warmups * warmup))
         return self.detection.replace(guard_steps=guard)
 
