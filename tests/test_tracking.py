@@ -187,3 +187,17 @@ def test_every_rule_rebuilds_from_its_settings(name: str) -> None:
     settings = json.loads(json.dumps(rule.settings()))
     rebuilt = type(rule).from_settings(settings)
     assert rebuilt.settings() == rule.settings() and rebuilt.name == rule.name
+
+
+def test_default_rules_are_the_registered_choice() -> None:
+    """The library's recommended rules are the warning and forecaster frozen in the study's registration."""
+    from pathlib import Path
+
+    from capgeo_callbacks.rules import default_rules
+
+    registration = json.loads((Path(__file__).resolve().parents[1] / "study" / "registration.json").read_text())
+    rules = {rule.name: rule for rule in default_rules()}
+    for role in ("warning", "forecaster"):
+        entry = registration[role]
+        assert entry["name"] in rules and rules[entry["name"]].settings() == entry["settings"]
+    assert "study" in rules

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from capgeo_callbacks.detection.settings import DetectionSettings
 from capgeo_callbacks.rules.base import Forecast, Rule, RuleOutput, RunView, replay
 from capgeo_callbacks.rules.baselines import (
     ClockRule,
@@ -43,6 +44,7 @@ __all__ = [
     "RunView",
     "StudyRule",
     "WarmupEndRule",
+    "default_rules",
     "make_rule",
     "register_rule",
     "replay",
@@ -61,6 +63,17 @@ RULES: dict[str, Callable[[], Rule]] = {
     "logprob-threshold": lambda: ThresholdForecaster("logprob"),
     "curve-families": CurveForecaster,
 }
+
+
+def default_rules(settings: DetectionSettings | None = None) -> list[Rule]:
+    """The rules capgeo recommends: the study's rule (for its alerts and verdict), and the warning and forecaster
+    the project chose on its calibration seeds and froze before testing them on held-out seeds
+    (``study/registration.json``; docs/heldout.md): a linear probe reading the answer halfway from chance, and
+    the per-token accuracy extrapolated to the level where the whole answer is right half the time. Neither reads
+    RankMe: on the study's tasks, geometry lowered no forecast's error (docs/forecast-selection.md). They need
+    ``probe_acc/`` series, ``val/token_acc`` and the run's ``chance`` in ``run_info``; without them they stay
+    silent."""
+    return [StudyRule(settings), ProbeCrossingRule(), ThresholdForecaster("token_acc", window=1.0)]
 
 
 def register_rule(name: str, factory: Callable[[], Rule]) -> None:
