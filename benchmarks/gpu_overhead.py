@@ -1,6 +1,6 @@
 """Overhead of the default callbacks on one GPU, at model sizes ``m`` and ``l``: ``--measures default`` vs ``none``.
 
-    python benchmarks/gpu_overhead.py --task sort --difficulty hard --sizes m l --fraction 0.1 --repeats 3
+    python -m benchmarks.gpu_overhead --task sort --difficulty hard --sizes m l --fraction 0.1 --repeats 3
 
 For each size, runs the first ``fraction`` of the task's default run (``train.py --stop-at-step``: the full
 run's evaluation schedule, so the early, dense evaluations are included) with ``--accelerator gpu --devices 1``,
@@ -15,22 +15,18 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import train  # noqa: E402
-from benchmarks._timing import add_timing_args, interleaved, median  # noqa: E402
-from benchmarks.overhead import run  # noqa: E402
-from capgeo_callbacks.schedule import evaluation_steps  # noqa: E402
-from models import SIZES  # noqa: E402
-from tasks import DIFFICULTIES, TASKS  # noqa: E402
-from tasks.budgets import budget  # noqa: E402
+import train
+from benchmarks._timing import add_timing_args, interleaved, median
+from benchmarks.overhead import run
+from capgeo_callbacks.schedule import evaluation_steps
+from models import SIZES
+from tasks import DIFFICULTIES, TASKS
+from tasks.budgets import budget
 
 GPU = ["--accelerator", "gpu", "--devices", "1"]
 WARMUP_STEPS = 5

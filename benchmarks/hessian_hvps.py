@@ -1,6 +1,6 @@
 """Hessian-vector products to the top Hessian eigenvalue within 1%: Lanczos vs plain power iteration.
 
-    OMP_NUM_THREADS=1 python benchmarks/hessian_hvps.py --threads 1
+    OMP_NUM_THREADS=1 python -m benchmarks.hessian_hvps --threads 1
 
 Problems (``--problems``, default all):
 
@@ -32,21 +32,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import tasks  # noqa: E402
-from benchmarks._training import pretrain  # noqa: E402
-from capgeo_callbacks.measures import hessian  # noqa: E402
-from models import build_model  # noqa: E402
-from models.lightning_module import answer_loss  # noqa: E402
+import tasks
+from benchmarks._training import pretrain
+from capgeo_callbacks.measures import hessian
+from models import build_model
+from models.lightning_module import answer_loss
 
 PROBLEMS = ("quadratic-gap", "quadratic-outlier", "transformer", "transformer-init")
 ACCURACY = 0.01

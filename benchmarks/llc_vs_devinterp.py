@@ -1,6 +1,6 @@
 """`estimate_llc` vs devinterp's `estimate_learning_coeff_with_summary` on the same model and settings.
 
-    OMP_NUM_THREADS=1 python benchmarks/llc_vs_devinterp.py --repeats 3 --threads 1
+    OMP_NUM_THREADS=1 python -m benchmarks.llc_vs_devinterp --repeats 3 --threads 1
 
 Problems (``--problems``, default all):
 
@@ -29,25 +29,21 @@ import argparse
 import copy
 import logging
 import math
-import sys
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import tasks  # noqa: E402
-from benchmarks._timing import add_timing_args, apply_timing_args, fmt_times, interleaved, median  # noqa: E402
-from benchmarks._training import pretrain  # noqa: E402
-from capgeo_callbacks import estimate_llc  # noqa: E402
-from capgeo_callbacks.measures.llc import VMAP_MAX_PARAMETERS  # noqa: E402
-from models import build_model  # noqa: E402
-from models.lightning_module import answer_loss  # noqa: E402
+import tasks
+from benchmarks._timing import add_timing_args, apply_timing_args, fmt_times, interleaved, median
+from benchmarks._training import pretrain
+from capgeo_callbacks import estimate_llc
+from capgeo_callbacks.measures.llc import VMAP_MAX_PARAMETERS
+from models import build_model
+from models.lightning_module import answer_loss
 
 PROBLEMS = ("lsq-full", "lsq-minibatch", "transformer")
 

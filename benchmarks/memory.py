@@ -1,7 +1,7 @@
 """Memory of a long run with the callbacks: RSS (and optionally tracemalloc) after every evaluation.
 
-    python benchmarks/memory.py --measures default --evaluations 720
-    python benchmarks/memory.py --measures all --evaluations 60 --tracemalloc
+    python -m benchmarks.memory --measures default --evaluations 720
+    python -m benchmarks.memory --measures all --evaluations 60 --tracemalloc
 
 Runs ``train.py`` on ``mod easy`` with one evaluation per step (so a long series of evaluations is cheap),
 the costly measures at small settings every 4 evaluations, and prints the mean RSS of each eighth of the
@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import tracemalloc
-from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import train  # noqa: E402
+import train
 
 CHEAP_OPTIONS = {
     "grad_rank": {"every_n_evals": 4, "batch_size": 16},

@@ -1,7 +1,7 @@
 """Overhead of the default callbacks on train.py's default runs: ``--measures default`` vs ``none``.
 
-    python benchmarks/overhead.py --all --fraction 0.2 --repeats 1          # every task and level
-    python benchmarks/overhead.py --task copy --difficulty easy --repeats 3
+    python -m benchmarks.overhead --all --fraction 0.2 --repeats 1          # every task and level
+    python -m benchmarks.overhead --task copy --difficulty easy --repeats 3
 
 For each level, the first ``fraction`` of its default run (``train.py --stop-at-step``: the whole run's
 schedule, so the dense early evaluations are all in it and the ratio is, if anything, pessimistic) is run
@@ -20,25 +20,21 @@ import contextlib
 import functools
 import inspect
 import math
-import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import capgeo_callbacks  # noqa: E402
-import train  # noqa: E402
-from benchmarks._timing import CLOCKS, add_timing_args, apply_timing_args, interleaved, median  # noqa: E402
-from capgeo_callbacks import capture, loggers  # noqa: E402
-from capgeo_callbacks.callbacks import base, precursor_detector  # noqa: E402
-from capgeo_callbacks.schedule import evaluation_steps  # noqa: E402
-from tasks import DIFFICULTIES, TASKS  # noqa: E402
-from tasks.budgets import budget  # noqa: E402
+import capgeo_callbacks
+import train
+from benchmarks._timing import CLOCKS, add_timing_args, apply_timing_args, interleaved, median
+from capgeo_callbacks import capture, loggers
+from capgeo_callbacks.callbacks import base, precursor_detector
+from capgeo_callbacks.schedule import evaluation_steps
+from tasks import DIFFICULTIES, TASKS
+from tasks.budgets import budget
 
 COMPONENTS = ("RankMeMonitor", "LinearProbeMonitor", "PrecursorDetector", "figures", "logging")
 

@@ -1,6 +1,6 @@
 """`RankMeMonitor` per evaluation vs its floor: the validation pass it rides on plus one SVD of its rows.
 
-    OMP_NUM_THREADS=1 python benchmarks/rankme_monitor.py --task sort --difficulty hard --repeats 7 --threads 1
+    OMP_NUM_THREADS=1 python -m benchmarks.rankme_monitor --task sort --difficulty hard --repeats 7 --threads 1
 
 The real setting of ``train.py``: the smallest capgeo model (``CapabilityModule``, size ``xs``) on the
 task's datamodule with train.py's validation settings (``train.make_datamodule``: enough validation
@@ -23,25 +23,21 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import train  # noqa: E402
-from benchmarks._timing import add_timing_args, apply_timing_args, fmt_times, interleaved, median  # noqa: E402
-from benchmarks._training import pretrain  # noqa: E402
-from capgeo_callbacks import RankMeMonitor  # noqa: E402
-from capgeo_callbacks.layers import resolve_layers  # noqa: E402
-from capgeo_callbacks.measures.rankme import _singular_values, rankme  # noqa: E402
-from models import CapabilityModule  # noqa: E402
+import train
+from benchmarks._timing import add_timing_args, apply_timing_args, fmt_times, interleaved, median
+from benchmarks._training import pretrain
+from capgeo_callbacks import RankMeMonitor
+from capgeo_callbacks.layers import resolve_layers
+from capgeo_callbacks.measures.rankme import _singular_values, rankme
+from models import CapabilityModule
 
 
 def make_trainer(callbacks: list[pl.Callback]) -> pl.Trainer:

@@ -1,6 +1,6 @@
 """`capgeo_callbacks.rankme` vs a float64 SVD followed by the same formula, tall and wide shapes.
 
-    OMP_NUM_THREADS=1 python benchmarks/rankme_speed.py --repeats 3 --threads 1
+    OMP_NUM_THREADS=1 python -m benchmarks.rankme_speed --repeats 3 --threads 1
 
 For each shape from 512 x 128 to 8192 x 1024 and its transpose, on a float32 matrix like hidden
 states (``--kind``: ``noisy`` = a decaying rank-K/8 signal over 1% isotropic noise; ``collapsed`` =
@@ -19,18 +19,14 @@ rankme: above 1 means rankme is faster) and the largest relative difference of t
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._timing import add_timing_args, apply_timing_args, interleaved, median  # noqa: E402
-from capgeo_callbacks.measures.rankme import _singular_values, rankme, rankme_from_singular_values  # noqa: E402
+from benchmarks._timing import add_timing_args, apply_timing_args, interleaved, median
+from capgeo_callbacks.measures.rankme import _singular_values, rankme, rankme_from_singular_values
 
 DEFAULT_SHAPES = ("512x128", "2048x128", "2048x512", "8192x512", "8192x1024")
 KINDS = ("noisy", "collapsed", "lowrank")

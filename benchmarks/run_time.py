@@ -1,6 +1,6 @@
 """Projected wall time of train.py's default runs, from two short runs at the full run's evaluation cadence.
 
-    python benchmarks/run_time.py --difficulty hard --tasks reverse compare add deduce sort parity --threads 1
+    python -m benchmarks.run_time --difficulty hard --tasks reverse compare add deduce sort parity --threads 1
 
 For each task, times ``train.py`` for 24 and 144 steps (evaluating as often, per step, as the default run
 does) and projects ``(t144 - t24) / 120 * budget``: start-up cancels out of the difference.
@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import tasks  # noqa: E402
-import train  # noqa: E402
-from tasks.budgets import budget  # noqa: E402
+import tasks
+import train
+from tasks.budgets import budget
 
 SHORT, LONG = 24, 144
 

@@ -1,6 +1,6 @@
 """Task generation throughput vs what training consumes, per task and difficulty.
 
-    OMP_NUM_THREADS=1 python benchmarks/task_throughput.py --repeats 3 --threads 1
+    OMP_NUM_THREADS=1 python -m benchmarks.task_throughput --repeats 3 --threads 1
 
 For each task at each difficulty, with train.py's default batch size for it (64), times, interleaved
 and ``repeats`` times each after a warm-up:
@@ -18,20 +18,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import tasks  # noqa: E402
-from benchmarks._timing import add_timing_args, apply_timing_args, interleaved, median  # noqa: E402
-from models import build_model  # noqa: E402
-from models.lightning_module import answer_loss  # noqa: E402
-from tasks.budgets import budget  # noqa: E402
+import tasks
+from benchmarks._timing import add_timing_args, apply_timing_args, interleaved, median
+from models import build_model
+from models.lightning_module import answer_loss
+from tasks.budgets import budget
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
