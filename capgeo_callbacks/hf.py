@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from capgeo_callbacks.batches import to_device
-from capgeo_callbacks.callbacks.base import append_point, check_positive_int, never_fails
+from capgeo_callbacks.common import append_point, check_positive_int, never_fails
 from capgeo_callbacks.detection import Alert, DetectionSettings
 from capgeo_callbacks.layers import glob_match
 from capgeo_callbacks.offline.measure_hf import TARGET_KEY, hf_layer_labels, measure_hf

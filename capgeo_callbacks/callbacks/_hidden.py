@@ -17,8 +17,6 @@ from capgeo_callbacks.distributed import gather_rows
 from capgeo_callbacks.layers import resolve_layers, short_names
 from capgeo_callbacks.selectors import Selector, selector_name, validate_selector
 
-DEFAULT_LAYERS = ("**.blocks.*", "**.norm_f")
-
 
 class HiddenStateMonitor(MeasureCallback):
     """Base of the monitors that measure captured hidden-state rows at the end of a validation pass.

@@ -4,16 +4,17 @@ training batch and gradient-enabled context of the gradient-based measures.
 The failure rule: configuration errors (bad arguments, a layer pattern that matches nothing) raise in
 ``__init__`` or ``setup``, before the first step; anything that fails later inside a hook (a measure, a
 logger, a file) is reported once, as a warning, and skipped: training and the user's script go on.
+
+The failure rule and the argument checks live in :mod:`capgeo_callbacks.common` (re-exported here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -33,42 +34,10 @@ from capgeo_callbacks.batches import (
     slice_batch,
     to_device,
 )
+from capgeo_callbacks.common import append_point, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.distributed import broadcast_object
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
 from capgeo_callbacks.measures.hessian import math_sdpa
-
-Hook = TypeVar("Hook", bound=Callable[..., Any])
-
-
-def never_fails(hook: Hook) -> Hook:
-    """Run a callback hook; if it raises, warn once per hook and error type and return ``None``.
-
-    Applied to every hook that runs during training, never to ``__init__`` or ``setup`` (configuration
-    errors must stop the run before it starts). Under DDP a hook that fails on one rank between
-    collectives may leave the other ranks waiting: the collectives come first in each hook.
-    """
-
-    @functools.wraps(hook)
-    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return hook(self, *args, **kwargs)
-        except Exception as error:  # noqa: BLE001 - the rule: report and skip, never stop training
-            key = (hook.__name__, type(error).__name__)
-            failures = self.__dict__.setdefault("_failures", set())
-            if key not in failures:
-                failures.add(key)
-                rank_zero_warn(f"{type(self).__name__}.{hook.__name__} failed ({type(error).__name__}: "
-                               f"{str(error)[:300]}); skipped, training goes on (reported once)")
-            return None
-
-    return guarded  # type: ignore[return-value]
-
-
-def append_point(points: list[list[float]], step: int, value: float) -> None:
-    """Append (step, value), first dropping points at or after ``step`` (a resumed run re-validating)."""
-    if points and points[-1][0] >= step:
-        points[:] = [p for p in points if p[0] < step]
-    points.append([step, value])
 
 
 class MeasureCallback(Callback):
@@ -152,14 +121,6 @@ class MeasureCallback(Callback):
         self.rows = rows
 
 
-def check_positive_int(name: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def check_callable(name: str, value: Any, signature: str) -> None:
-    if value is not None and not callable(value):
-        raise ValueError(f"{name} must be callable {signature}, got {value!r}")
 
 
 @contextlib.contextmanager

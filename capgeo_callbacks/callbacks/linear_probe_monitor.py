@@ -13,8 +13,9 @@ from typing import Any
 from torch import Tensor
 
 from capgeo_callbacks.batches import answer_labels
-from capgeo_callbacks.callbacks._hidden import DEFAULT_LAYERS, HiddenStateMonitor
+from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
 from capgeo_callbacks.capture import LabelsFn
+from capgeo_callbacks.common import DEFAULT_LAYERS
 from capgeo_callbacks.measures.probes import linear_probe_accuracy
 from capgeo_callbacks.selectors import Selector
 

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from capgeo_callbacks.callbacks._hidden import DEFAULT_LAYERS, HiddenStateMonitor
+from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
+from capgeo_callbacks.common import DEFAULT_LAYERS
 from capgeo_callbacks.measures.rankme import rankme
 from capgeo_callbacks.selectors import Selector
 

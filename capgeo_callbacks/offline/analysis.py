@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.callbacks.rankme_monitor import DEFAULT_LAYERS
-from capgeo_callbacks.detection import DetectionSettings, align, replay_alerts
+from capgeo_callbacks.common import DEFAULT_LAYERS
+from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.offline.measure_hf import HF_NOTE, load_hf, measure_hf
 from capgeo_callbacks.offline.measure_lightning import load_module, measure_lightning, resolve_module_class
 from capgeo_callbacks.offline.measured import Measured, WarningLog, log
@@ -31,7 +31,8 @@ from capgeo_callbacks.offline.revisions import (
     weights_sha256,
 )
 from capgeo_callbacks.selectors import ANSWER_SELECTORS, SELECTORS, Selector, selector_name, validate_selector
-from capgeo_callbacks.summary import alert_message, build_summary, json_safe
+from capgeo_callbacks.summary import alert_message, json_safe
+from capgeo_callbacks.tracking import RunTracker
 
 __all__ = ["DEFAULT_NUM_ROWS", "analyze"]
 
@@ -252,7 +253,6 @@ def _offline_summary(
     run would have raised. ``steps`` is the live summary's when it is at least the last revision's step (the
     run went on after its last checkpoint), else the last revision's step."""
     steps = [int(r["step"]) for r in results]
-    acc = [[r["step"], r["acc"]] for r in results]  # NaN where not measured: the steps are still evaluations
     series: dict[str, list[list[float]]] = {}
     for prefix, key in ((RANKME_PREFIX, "rankme"), (PROBE_PREFIX, "probe_acc")):
         for label in labels:
@@ -266,12 +266,21 @@ def _offline_summary(
     measured_here = {"acc", logprob_monitor or "logprob", *series}
     series.update({tag: points for tag, points in recorded.items()
                    if tag not in measured_here and not tag.startswith((RANKME_PREFIX, PROBE_PREFIX))})
-    rankme_by_layer = {tag[len(RANKME_PREFIX):]: align(points, steps)
-                       for tag, points in series.items() if tag.startswith(RANKME_PREFIX)}
     monitor_name = monitor if kind == "lightning" else "probe_set/acc"
-    alerts = replay_alerts(steps, [float(a) for _, a in acc], rankme_by_layer, settings)
-    for alert in alerts:
-        warn(f"alert:{alert.kind}:{alert.layer}", alert_message(alert, monitor_name))
+    logprob_key = (logprob_monitor or "logprob") if kind == "lightning" else "probe_set/logprob"
+    # the live run's tracker, fed one evaluation at a time: the same rules, alerts and summary as live
+    tracker = RunTracker(settings=settings, run_info=_run_info(record, probe, warn), monitor=monitor_name,
+                         logprob_key=logprob_key, rankme_prefix=RANKME_PREFIX)
+    measured = {tag: points for tag, points in series.items() if tag.startswith((RANKME_PREFIX, PROBE_PREFIX))}
+    scalars = {tag: {int(p[0]): p[1] for p in points} for tag, points in
+               {logprob_key: logprob, **{t: p for t, p in series.items() if t not in measured}}.items()}
+    for entry in results:
+        step = int(entry["step"])
+        update = tracker.update(step, float(entry["acc"]),
+                                {tag: values[step] for tag, values in scalars.items() if step in values},
+                                {tag: [p for p in points if p[0] <= step] for tag, points in measured.items()})
+        for alert in update.alerts:
+            warn(f"alert:{alert.kind}:{alert.layer}", alert_message(alert, monitor_name))
     rows: dict[str, int] = {}
     for entry in results:
         rows.update(entry["_measured"].rows)
@@ -280,13 +289,8 @@ def _offline_summary(
         selectors[PROBE_PREFIX.rstrip("/")] = "answer"
     parameters = next((r["_measured"].parameters for r in reversed(results) if r["_measured"].parameters), 0)
     last_step = steps[-1] if steps else 0
-    return build_summary(
-        acc=acc, series=series, settings=settings, alerts=alerts, monitor=monitor_name, rankme_prefix=RANKME_PREFIX,
-        logprob_key=(logprob_monitor or "logprob") if kind == "lightning" else "probe_set/logprob", logprob=logprob,
-        run_info=_run_info(record, probe, warn), parameters=parameters,
-        steps=record.steps if record.steps is not None and record.steps >= last_step else last_step,
-        rows=rows, selectors=selectors,
-    )
+    return tracker.summary(measured, parameters=parameters, rows=rows, selectors=selectors,
+                           steps=record.steps if record.steps is not None and record.steps >= last_step else last_step)
 
 
 def _run_info(record: RecordedSetup, probe: ProbeSet, warn: WarningLog) -> dict[str, Any]:
