@@ -176,10 +176,10 @@ def render(found: Sequence[Claim], command: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> list[Claim]:
     parser = argparse.ArgumentParser(prog="python -m study.claims", description=__doc__.split("\n")[3])
-    parser.add_argument("runs_dir")
+    parser.add_argument("runs_dirs", nargs="+", help="folders of runs (e.g. corpus/hard corpus/levels corpus/s)")
     parser.add_argument("--out", help="write claims.md into this folder")
     args = parser.parse_args(argv)
-    found = claims(find_runs(args.runs_dir))
+    found = claims([record for folder in args.runs_dirs for record in find_runs(folder)])
     text = render(found, "python -m study.claims " + " ".join(sys.argv[1:] if argv is None else argv))
     print(text)
     if args.out:

@@ -146,7 +146,7 @@ def label_rows(corpus: Path = CORPUS) -> list[dict[str, Any]]:
     for phase in ("calibration", *PHASES, "heldout"):
         for path in sorted((corpus / phase).rglob("*.json.gz")):
             s = read_summary(path)
-            labels = s.get("labels") or {}
+            labels = relabelled(s)
             holds = labels.get("holds") or {}
             rows.append({"phase": phase, "run": path.name[:-len(".json.gz")], "task": s.get("task"),
                          "difficulty": s.get("difficulty"), "size": s.get("size"), "seed": s.get("seed"),
@@ -154,8 +154,45 @@ def label_rows(corpus: Path = CORPUS) -> list[dict[str, Any]]:
                          "at_0.5": holds.get("0.5") is not None, "at_0.6": holds.get("0.6") is not None,
                          "fully": bool(labels.get("acquired_fully")), "late": labels.get("late"),
                          "at_chance": labels.get("at_chance"), "outcome": labels.get("outcome"),
+                         "exact_at_chance": exact_at_chance(s, labels),
                          "cpu_seconds": s.get("cpu_seconds"), "machine": s.get("machine")})
     return rows
+
+
+def relabelled(summary: dict[str, Any]) -> dict[str, Any]:
+    """A run's labels, recomputed from its series with the present definitions; a run never acquired is held to
+    the present chance level (tasks/chance.py), which can differ from the one it recorded when it ran."""
+    from capgeo_callbacks.detection import DetectionSettings, label_run, split_points
+    from tasks.chance import chance_level
+
+    series = summary.get("series") or {}
+    steps, acc = split_points([p for p in series.get("acc", []) if p[1] is not None])
+    chance = None
+    never = (summary.get("labels") or {}).get("acquisition_step") is None
+    if summary.get("task") in tasks.TASKS and summary.get("datamodule") and never:
+        dm = tasks.make_datamodule(summary["task"], summary["difficulty"], params=summary.get("task_params"),
+                                   shuffle_answers=bool(summary.get("shuffled_answers")),
+                                   **{k: v for k, v in summary["datamodule"].items() if k != "eval_batch_size"})
+        chance = chance_level(dm)
+    if chance is None and summary.get("chance"):
+        from capgeo_callbacks.detection import Chance
+
+        chance = Chance.from_dict(summary["chance"])
+    align = lambda tag: [dict(map(tuple, series.get(tag, []))).get(step, float("nan")) for step in steps]  # noqa: E731
+    return label_run(steps, acc, DetectionSettings.from_dict(summary.get("settings") or {}),
+                     warmup_steps=summary.get("warmup_steps"), max_steps=summary.get("max_steps"), chance=chance,
+                     token_acc=align("val/token_acc"), logprob=align("val/logprob")).to_dict()
+
+
+def exact_at_chance(summary: dict[str, Any], labels: dict[str, Any]) -> bool | None:
+    """Whether exact match alone stayed within the Wilson interval of the most frequent whole answer."""
+    from capgeo_callbacks.stats import wilson
+
+    chance = summary.get("chance")
+    if not chance or labels.get("max_acc") is None:
+        return None
+    top = wilson(round(chance["exact"] * chance["questions"]), chance["questions"])[1]  # type: ignore[index]
+    return labels["max_acc"] <= top
 
 
 def label_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -164,7 +201,8 @@ def label_table(rows: Sequence[dict[str, Any]]) -> str:
     from capgeo_callbacks.scoring import Rate
 
     lines = ["| phase | runs | acquired at 0.5 | at 0.6 | fully | late (of acquired) | controls at chance | "
-             "labels at 0.5 and 0.6 agree (acquired at either) |", "| --- | ---: | --- | --- | --- | --- | --- | --- |"]
+             "controls' exact match at chance | labels at 0.5 and 0.6 agree (acquired at either) |",
+             "| --- | ---: | --- | --- | --- | --- | --- | --- | --- |"]
     for phase in dict.fromkeys(row["phase"] for row in rows):
         group = [row for row in rows if row["phase"] == phase]
         learn = [row for row in group if not row["shuffled"]]
@@ -176,6 +214,7 @@ def label_table(rows: Sequence[dict[str, Any]]) -> str:
                      f"{Rate(sum(r['fully'] for r in learn), len(learn))} | "
                      f"{Rate(sum(bool(r['late']) for r in acquired), len(acquired))} | "
                      f"{Rate(sum(bool(r['at_chance']) for r in controls), len(controls))} | "
+                     f"{Rate(sum(bool(r['exact_at_chance']) for r in controls), len(controls))} | "
                      f"{Rate(sum(r['at_0.5'] == r['at_0.6'] for r in either), len(either))} |")
     lines += ["", "| phase | run | max acc | 0.5 | 0.6 | fully | late | at chance | outcome | CPU s | machine |",
               "| --- | --- | ---: | --- | --- | --- | --- | --- | --- | ---: | --- |"]
