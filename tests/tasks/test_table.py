@@ -1,4 +1,4 @@
-"""The README table is generated from TASK_PARAMS and in sync; batch generation is fast."""
+"""The task tables (tasks/README_TABLE.md, docs/reference.md) are generated from TASK_PARAMS and in sync."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def test_readme_table_file_is_up_to_date() -> None:
     )
 
 
-def test_readme_shows_the_current_levels_and_budgets() -> None:
-    readme = (README_TABLE_PATH.parents[1] / "README.md").read_text()
+def test_the_reference_shows_the_current_levels_and_budgets() -> None:
+    reference = (README_TABLE_PATH.parents[1] / "docs" / "reference.md").read_text()
     levels, _questions, budgets, *_ = params_table().split("\n\n")
-    assert levels in readme and budgets in readme, "README.md task tables are stale (see tasks/README_TABLE.md)"
+    assert levels in reference and budgets in reference, (
+        "docs/reference.md task tables are stale (see tasks/README_TABLE.md)")
