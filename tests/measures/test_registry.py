@@ -30,7 +30,7 @@ from capgeo_callbacks import (
     register_measure,
     unregister_measure,
 )
-from capgeo_callbacks.callbacks._hidden import DEFAULT_LAYERS
+from capgeo_callbacks.common import DEFAULT_LAYERS
 from capgeo_callbacks.detection.settings import MEASURE_TRANSITIONS, transition_kind
 from capgeo_callbacks.registry import (
     BUILTIN_MEASURES,
