@@ -114,10 +114,16 @@ def draw_run(axis: Any, summary: Mapping[str, Any], *, markers: bool, linewidth:
     if acquisition is not None:
         handles.append(axis.axvline(acquisition, color="red", linestyle="--", linewidth=1.4,
                                     label=f"acquisition (step {acquisition})"))
-    alert = next((a for a in summary.get("alerts") or [] if a.get("kind") == "run"), None)
-    if alert is not None:
-        handles.append(axis.axvline(alert["step"], color="darkorange", linestyle="-.", linewidth=1.4,
-                                    label=f"precursor alert (step {alert['step']})"))
+    first: dict[str, int] = {}  # each rule's first run alert
+    for alert in summary.get("alerts") or []:
+        if alert.get("kind") == "run":
+            first.setdefault(alert.get("rule", "study"), alert["step"])
+    styles = ("-.", ":", (0, (5, 1, 1, 1, 1, 1)))
+    colours = ("darkorange", "tab:blue", "tab:purple")
+    for i, (rule, step) in enumerate(first.items()):
+        label = f"precursor alert (step {step})" if rule == "study" else f"{rule} warning (step {step})"
+        handles.append(axis.axvline(step, color=colours[i % 3], linestyle=styles[i % 3], linewidth=1.4,
+                                    label=label))
     if markers and any(((summary.get("layers") or {}).get(n) or {}).get("collapse_step") is not None for n in names):
         handles += [Line2D([], [], marker="v", color="grey", markeredgecolor="black", linestyle="none",
                            markersize=8, label="collapse (per layer)"),
@@ -225,7 +231,7 @@ def plot_grid(runs: Sequence[tuple[str, Mapping[str, Any]]], path: str | Path, d
             if i == nrows - 1:
                 axis.set_xlabel("step (log)", fontsize=8)
     figure.suptitle("RankMe per layer (colour: shallow to deep, log scale); accuracy (black) and answer "
-                    "probability (dotted), right axis 0-1;\nacquisition (red dashed), precursor alert (orange)",
+                    "probability (dotted), right axis 0-1;\nacquisition (red dashed), each rule's first warning",
                     fontsize=10)
     figure.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.7 / height))
     path = Path(path)

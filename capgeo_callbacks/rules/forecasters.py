@@ -79,6 +79,9 @@ class ForecastRule(Rule):
         raise NotImplementedError
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        acquired = detect_acquisition(run.steps, run.values("acc"), self.threshold, 3)
+        if acquired is not None:  # once acquisition is confirmed, the forecast is the fact
+            return RuleOutput(forecast=Forecast(self.name, run.step, float(acquired), float(acquired), float(acquired)))
         found = self.forecast(run)
         if found is None:
             return RuleOutput()
@@ -88,8 +91,7 @@ class ForecastRule(Rule):
             predicted, high = math.inf, math.inf
         forecast = Forecast(self.name, run.step, predicted, min(low, predicted), high)
         alerts = []
-        acquired = detect_acquisition(run.steps, run.values("acc"), self.threshold, 3) is not None
-        if not raised and not acquired and self.horizon is not None and forecast.within(self.horizon):
+        if not raised and self.horizon is not None and forecast.within(self.horizon):
             alerts.append(self.alert(run, f"forecast puts acquisition at step {predicted:.0f} "
                                           f"[{low:.0f}, {high:.0f}], within {self.horizon:g} steps"))
         return RuleOutput(alerts=alerts, forecast=forecast)
