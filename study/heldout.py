@@ -134,6 +134,42 @@ def report(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout")
     return "\n".join(lines) + "\n"
 
 
+def brief(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") -> str:
+    """The README's small table: the registered warning and forecast beside the clock and the loss-only rules."""
+    import math
+
+    from capgeo_callbacks.scoring import forecast_scores, held_out_check, load_runs, warning_scores
+
+    frozen = json.loads(registration.read_text())
+    runs = [run for run in held_out_check(load_runs(folder), registration)[0] if (run.seed or 0) >= 100]
+    compared = frozen["compared_with"]
+    warnings_ = [(f"**{frozen['warning']['name']}** (registered)", build(frozen["warning"], frozen["warning"]["name"]))]
+    warnings_ += [(f"{name}{note}", build(compared["warnings"][name], name)) for name, note in
+                  (("study", " (RankMe collapse)"), ("loss-onset", " (loss only)"), ("clock-20", " (a clock)"))]
+    lines = ["| warning | precision | recall | false alarms on controls | median lead (share of the time to "
+             "acquisition) |", "| --- | --- | --- | --- | --- |"]
+    for label, rule in warnings_:
+        w = warning_scores(rule, runs)
+        lead = w["lead_share"]["median"]
+        lines.append(f"| {label} | {w['precision']} | {w['recall']} | {w['false_alarms_controls']} | "
+                     f"{'-' if lead is None else f'{lead:.2f}'} |")
+    forecasts = [(f"**{frozen['forecaster']['name']}** (registered)",
+                  build(frozen["forecaster"], frozen["forecaster"]["name"]))]
+    forecasts += [(f"{name}{note}", build(compared["forecasters"][name], name)) for name, note in
+                  (("clock", " (median of the calibration seeds)"), ("curve-families", " (Domhan et al.)"),
+                   ("logprob-threshold-calibrated", " (loss threshold, Du et al.)"))]
+    lines += ["", "| forecast of the acquisition step | median error at half the time to acquisition [95%] |",
+              "| --- | --- |"]
+    for label, rule in forecasts:
+        half = forecast_scores(rule, runs)["fractions"]["0.5"]
+        median, interval = half["median_error"], half["interval"]
+        text = "-" if median is None else ("none" if math.isinf(median) else f"{median:.2f}")
+        if interval and median is not None and math.isfinite(median):
+            text += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+        lines.append(f"| {label} | {text} (n={half['n']}) |")
+    return "\n".join(lines)
+
+
 def _met(value: bool) -> str:
     return "yes" if value else "**no**"
 
@@ -156,7 +192,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--nice", type=int, default=0)
     commands.add_parser("export")
     commands.add_parser("report", help="the registered choice on the held-out runs -> docs/heldout.md")
+    commands.add_parser("brief", help="the README's small table")
     args = parser.parse_args(argv)
+    if args.command == "brief":
+        print(brief())
+        return
     if args.command == "report":
         DOC.write_text(report())
         print(DOC.read_text())
