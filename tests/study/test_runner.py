@@ -38,3 +38,12 @@ def test_the_corpus_refuses_held_out_seeds() -> None:
 
     with pytest.raises(ValueError, match="held-out seed"):
         _job("hard", "sort", "hard", 100)
+
+
+def test_the_report_counts_a_target_on_nothing_measured_as_missed(tmp_path: Path) -> None:
+    text = heldout.report(folder=tmp_path)
+    targets = text.split("## Targets")[1]
+    rows = [line for line in targets.splitlines()
+            if line.startswith("| ") and "target |" not in line and "---" not in line]
+    assert len(rows) == 5 and all(row.endswith("| **no** |") for row in rows), targets
+    assert "0 runs kept" in text
