@@ -70,3 +70,10 @@ def test_tasks_and_models_never_import_the_study(package: str) -> None:
     for path in modules(package):
         wrong = [(line, name) for line, name in imported(path) if top(name) in ("study", "train", "sweep")]
         assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}"
+
+
+def test_no_library_module_is_over_450_lines() -> None:
+    # a module a newcomer reads in one sitting; past this, a concept wants its own module
+    long = {path.relative_to(ROOT).as_posix(): n for path in modules("capgeo_callbacks")
+            if (n := len(path.read_text().splitlines())) > 450}
+    assert not long, f"library modules over 450 lines: {long}"
