@@ -37,7 +37,7 @@ from capgeo_callbacks import (
     RankMeMonitor,
 )
 from capgeo_callbacks.detection import detect_hold, split_points
-from capgeo_callbacks.progress import StepProgressBar
+from capgeo_callbacks.progress import BarSafeHandler, StepProgressBar
 from capgeo_callbacks.registry import (
     default_measures,
     get_measure,
@@ -51,7 +51,7 @@ from capgeo_callbacks.rules import Rule, StudyRule
 from capgeo_callbacks.runs import newest_version, version_number
 from capgeo_callbacks.schedule import SCHEDULES, linear_interval
 from capgeo_callbacks.selectors import SELECTORS
-from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, verdict_table, write_summary
+from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, rules_table, verdict_table, write_summary
 from models import SIZES, CapabilityModule
 from models.lightning_module import LR_SCHEDULES
 from tasks.budgets import Budget, budget
@@ -364,7 +364,8 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     """Run ``train.py`` with the command-line arguments ``argv``; ``callbacks`` are extra Lightning
     callbacks added to the trainer (for embedding and tests). Returns the run summary."""
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s",
+                        handlers=[BarSafeHandler()])
     logdir = check_logdir(args.logdir)
     pl.seed_everything(args.seed, workers=True, verbose=False)
 
@@ -436,6 +437,8 @@ def print_summary(summary: dict[str, Any], trainer: pl.Trainer) -> None:
         print("final: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())))
     if "verdict" in summary:
         print(verdict_table(summary))
+    if rules := rules_table(summary):
+        print(rules)
 
 
 def quiet_lightning() -> None:

@@ -9,6 +9,7 @@ one).
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -16,7 +17,19 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import TQDMProgressBar
 from typing_extensions import override
 
-__all__ = ["StepProgressBar"]
+__all__ = ["BarSafeHandler", "StepProgressBar"]
+
+
+class BarSafeHandler(logging.StreamHandler):
+    """A logging handler that writes above an open progress bar (``tqdm.write``) instead of onto its line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 - logging's own contract: a handler reports, never raises
+            self.handleError(record)
 
 
 class StepProgressBar(TQDMProgressBar):

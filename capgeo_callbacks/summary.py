@@ -154,6 +154,39 @@ def verdict_table(summary: Mapping[str, Any], markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
+def rules_table(summary: Mapping[str, Any]) -> str:
+    """Each rule the run ran: its first run-level alert (and its lead over the acquisition step) and, for a
+    forecaster, its last forecast of the acquisition step made before it (after it, a forecast is the step
+    itself), with the interval; plain text."""
+    acquisition = summary.get("acquisition_step")
+    first: dict[str, int] = {}
+    for alert in summary.get("alerts", []):
+        if alert.get("kind") == "run":
+            first.setdefault(alert.get("rule") or "study", int(alert["step"]))
+    forecasts = summary.get("forecasts", {}) or {}
+    header = ("rule", "first warning", "lead", "last forecast before acquisition [interval]")
+    rows = []
+    for name in summary.get("rules", {}) or {}:
+        step = first.get(name)
+        lead = "-" if step is None or acquisition is None else str(int(acquisition) - step)
+        made = [f for f in forecasts.get(name) or [] if acquisition is None or f["step"] < acquisition]
+        last = made[-1] if made else None
+        if last is None:
+            forecast = "-"
+        elif last.get("beyond"):
+            forecast = "not within the budget"
+        else:
+            forecast = f"{last['predicted']:.0f} [{last['low']:.0f}, {last['high']:.0f}] at step {last['step']}"
+        rows.append((name, _cell(step), lead, forecast))
+    if not rows:
+        return ""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("-" * len(lines[-1]))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
 def write_summary(summary: Mapping[str, Any], directory: str | Path, filename: str = SUMMARY_FILENAME) -> Path:
     """Write ``summary`` as JSON (NaN and Inf as null) into ``directory``; returns the path."""
     path = Path(directory) / filename

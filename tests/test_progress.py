@@ -21,3 +21,31 @@ def test_the_main_command_shows_steps_out_of_the_budget_and_no_foreign_warnings(
     for foreign in ("weights_only", "litlogger", "LeafSpec", "GPU available", "val_check_interval"):
         assert foreign not in output, foreign
     assert "Validation DataLoader" not in output  # validations update the step bar instead
+    assert "first warning" in output and "token_acc-threshold" in output  # the rules' table closes the output
+    # logging writes above the bar, never onto its line
+    assert all(line.startswith("WARNING") for line in output.splitlines() if "WARNING capgeo" in line)
+
+
+def test_a_log_line_goes_above_an_open_bar_not_onto_it() -> None:
+    import io
+    import logging
+
+    from tqdm import tqdm
+
+    from capgeo_callbacks.progress import BarSafeHandler
+
+    stream = io.StringIO()
+    handler = BarSafeHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("capgeo.test_bar")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        with tqdm(total=10, file=stream, desc="step", ascii=True) as bar:
+            bar.update(3)
+            logger.warning("an alert at step 3")
+            bar.update(7)
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().replace("\r", "\n").splitlines()
+    assert "WARNING capgeo.test_bar: an alert at step 3" in lines  # a line of its own

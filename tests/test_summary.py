@@ -228,3 +228,29 @@ def test_computed_keys_are_what_build_summary_computes() -> None:
     built = build_summary(acc=[], series={}, settings=DetectionSettings(), run_info={"task": "copy", "seed": 1})
     assert set(built) - set(COMPUTED_KEYS) == {"task", "seed", "parameters"}
     assert run_info_of(built) == {"task": "copy", "seed": 1, "parameters": None}
+
+
+def test_rules_table_gives_first_warning_lead_and_the_last_forecast_before_acquisition() -> None:
+    from capgeo_callbacks.summary import rules_table
+
+    summary = {
+        "acquisition_step": 600,
+        "rules": {"study": {}, "probe-crossing": {}, "token_acc-threshold": {}, "silent": {}},
+        "alerts": [{"rule": "study", "kind": "layer", "step": 40}, {"rule": "study", "kind": "run", "step": 50},
+                   {"rule": "probe-crossing", "kind": "run", "step": 70},
+                   {"rule": "probe-crossing", "kind": "run", "step": 90}],
+        "forecasts": {"token_acc-threshold": [
+            {"step": 300, "predicted": 650.4, "low": 500.0, "high": 800.0, "beyond": False},
+            {"step": 590, "predicted": 610.0, "low": 601.0, "high": 640.0, "beyond": False},
+            {"step": 700, "predicted": 600.0, "low": 600.0, "high": 600.0, "beyond": False}]},
+    }
+    rows = {line.split()[0]: line.split() for line in rules_table(summary).splitlines()[2:]}
+    assert rows["study"][1:3] == ["50", "550"]  # the run-level alert, not the layer's
+    assert rows["probe-crossing"][1:3] == ["70", "530"]
+    assert " ".join(rows["token_acc-threshold"][3:]) == "610 [601, 640] at step 590"
+    assert rows["silent"][1:] == ["-", "-", "-"]
+    summary["acquisition_step"] = None
+    summary["forecasts"]["token_acc-threshold"][-1]["beyond"] = True
+    rows = {line.split()[0]: line for line in rules_table(summary).splitlines()[2:]}
+    assert rows["token_acc-threshold"].endswith("not within the budget")
+    assert rules_table({"rules": {}}) == ""
