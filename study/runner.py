@@ -73,18 +73,23 @@ def run_jobs(jobs: Sequence[Job], workers: int, threads: int = 1, deadline: floa
         on_finished: called with the states so far each time a job ends.
 
     Returns:
-        Each job's state by name: ``done``, ``skipped`` (already finished), ``failed (exit N)`` or ``killed``.
+        Each job's state by name (``folder/name`` where names repeat across folders): ``done``, ``skipped``
+        (already finished), ``failed (exit N)`` or ``killed``.
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     names = [job.name for job in jobs]
     if len(set(zip(names, (j.logdir for j in jobs), strict=True))) != len(jobs):
         raise ValueError("job names must be unique within a log folder")
+    # one key per job: its name, or folder/name where a name repeats across folders (the ablation's schedules);
+    # keying the running jobs by a repeated name let more than ``workers`` run at once
+    unique = len(set(names)) == len(names)
+    key = {id(job): job.name if unique else f"{job.logdir.name}/{job.name}" for job in jobs}
     states: dict[str, str] = {}
     queue = []
     for job in jobs:
         if summary_of(job) is not None:
-            states[job.name] = "skipped"
+            states[key[id(job)]] = "skipped"
         else:
             queue.append(job)
     child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **(env or {})}
@@ -113,7 +118,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, threads: int = 1, deadline: floa
                 log.flush()
                 process = subprocess.Popen(command, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT,
                                            start_new_session=True)
-                running[job.name] = (process, log, time.time())
+                running[key[id(job)]] = (process, log, time.time())
             if past:
                 for name, (process, log, _) in running.items():
                     os.killpg(process.pid, signal.SIGKILL)
@@ -122,7 +127,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, threads: int = 1, deadline: floa
                     states[name] = "killed"
                 running.clear()
                 for job in queue:
-                    states[job.name] = "not started"
+                    states[key[id(job)]] = "not started"
                 queue = []
             time.sleep(0.5)
     finally:

@@ -47,3 +47,16 @@ def test_the_report_counts_a_target_on_nothing_measured_as_missed(tmp_path: Path
             if line.startswith("| ") and "target |" not in line and "---" not in line]
     assert len(rows) == 5 and all(row.endswith("| **no** |") for row in rows), targets
     assert "0 runs kept" in text
+
+
+def test_a_name_repeated_across_folders_still_runs_workers_at_a_time(tmp_path: Path) -> None:
+    # the ablation's layout: one run name under each schedule's folder
+    jobs = [Job("tiny", (*TINY, "--seed", "0"), tmp_path / folder) for folder in ("a", "b", "c")]
+    assert run_jobs(jobs, workers=1) == {"a/tiny": "done", "b/tiny": "done", "c/tiny": "done"}
+    spans = []
+    for job in jobs:
+        [path] = job.root.glob("version_*/capgeo_summary.json")
+        ended = path.stat().st_mtime
+        spans.append((ended - summary_of(job)["wall_seconds"], ended))
+    spans.sort()
+    assert all(later[0] >= earlier[1] - 1.0 for earlier, later in zip(spans, spans[1:], strict=False)), spans
