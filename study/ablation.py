@@ -81,6 +81,58 @@ def troughs(summary: dict[str, Any], until: int = STOP) -> dict[str, tuple[int, 
     return out
 
 
+def summed_rate(summary: dict[str, Any], until: int) -> float | None:
+    """The learning rate summed over the steps up to ``until``, in steps at the peak rate (trapezoids between
+    evaluations: exact on a linear warm-up)."""
+    points = [(int(step), value) for step, value in summary["series"].get("lr", []) if value is not None]
+    peak = max((value for _, value in points), default=0.0)
+    if not points or peak <= 0:
+        return None
+    total = 0.0
+    for (s0, v0), (s1, v1) in zip(points, points[1:], strict=False):
+        if s0 >= until:
+            break
+        end = min(s1, until)
+        v_end = v0 + (v1 - v0) * (end - s0) / (s1 - s0) if s1 > s0 else v1
+        total += (v0 + v_end) / 2 * (end - s0)
+    return total / peak
+
+
+def deepest(summary: dict[str, Any]) -> str | None:
+    layers = [tag[len("rankme/"):] for tag in summary["series"] if tag.startswith("rankme/")]
+    return layers[-1] if layers else None
+
+
+def follows_schedule(rows: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
+    """The plain sentence: per task, the deepest layer's median trough step under warm-ups of 0, 50, 100 and
+    300 steps, whether it rises with the warm-up on every task, and the learning rate summed up to it."""
+    import statistics
+
+    warmups = [name for name in SCHEDULES if name.startswith("warmup")]
+    per_task, sums = [], []
+    rising = []
+    for task in TASKS:
+        medians = []
+        for schedule in warmups:
+            found = [(troughs(s)[deepest(s)][0], summed_rate(s, troughs(s)[deepest(s)][0]))
+                     for s in rows.get((task, schedule), []) if deepest(s) in troughs(s)]
+            if not found:
+                break
+            medians.append(statistics.median(f[0] for f in found))
+            sums += [f[1] for f in found if f[1] is not None]
+        if len(medians) == len(warmups):
+            per_task.append(f"{task} " + " / ".join(f"{m:.0f}" for m in medians))
+            rising.append(all(b >= a for a, b in zip(medians, medians[1:], strict=False)) and medians[-1] > medians[0])
+    if not per_task:
+        return "Not enough runs yet for a verdict."
+    verdict = ("it rises with the warm-up's length on every task: **the collapse follows the schedule**"
+               if all(rising) else f"it rises with the warm-up's length on {sum(rising)} of {len(rising)} tasks")
+    return (f"Deepest layer's trough step (median over seeds) under a warm-up of "
+            f"{' / '.join(w[len('warmup'):] for w in warmups)} steps: {'; '.join(per_task)}. So {verdict}. "
+            f"The learning rate summed up to that trough, over every warm-up run: median "
+            f"{statistics.median(sums):.1f} steps at the peak rate [{min(sums):.1f}, {max(sums):.1f}].")
+
+
 def table() -> str:
     """Trough step and depth per layer against the schedule (median over seeds, with the range), and the
     acquisition step of the runs to the end."""
@@ -96,21 +148,23 @@ def table() -> str:
                 rows.setdefault(("full", schedule), []).append(summary)
             else:
                 rows.setdefault((summary["task"], schedule), []).append(summary)
-    lines = ["| task | schedule | seeds | layer | trough step: median [min, max] | drop from the peak before it |",
-             "| --- | --- | ---: | --- | --- | --- |"]
-    for (task, schedule), summaries in rows.items():
-        if task == "full":
-            continue
-        per_layer: dict[str, list[tuple[int, float, float]]] = {}
-        for summary in summaries:
-            for layer, found in troughs(summary).items():
-                per_layer.setdefault(layer, []).append(found)
-        for layer, found in per_layer.items():
-            steps = [f[0] for f in found]
-            drops = [f[2] for f in found]
-            lines.append(f"| {task} | {schedule} | {len(found)} | {layer} | {statistics.median(steps):.0f} "
-                         f"[{min(steps)}, {max(steps)}] | {statistics.median(drops):.0%} [{min(drops):.0%}, "
-                         f"{max(drops):.0%}] |")
+    lines = [follows_schedule(rows), "",
+             "| task | schedule | seeds | layer | trough step: median [min, max] | drop from the peak before it | "
+             "learning rate summed to the trough (peak-rate steps, median) |",
+             "| --- | --- | ---: | --- | --- | --- | ---: |"]
+    for task in TASKS:
+        for schedule in SCHEDULES:
+            per_layer: dict[str, list[tuple[int, float, float, float | None]]] = {}
+            for summary in rows.get((task, schedule), []):
+                for layer, found in troughs(summary).items():
+                    per_layer.setdefault(layer, []).append((*found, summed_rate(summary, found[0])))
+            for layer, found in per_layer.items():
+                steps = [f[0] for f in found]
+                drops = [f[2] for f in found]
+                summed = [f[3] for f in found if f[3] is not None]
+                lines.append(f"| {task} | {schedule} | {len(found)} | {layer} | {statistics.median(steps):.0f} "
+                             f"[{min(steps)}, {max(steps)}] | {statistics.median(drops):.0%} [{min(drops):.0%}, "
+                             f"{max(drops):.0%}] | {statistics.median(summed):.1f} |" if summed else " - |")
     lines += ["", f"`{FULL_TASK}` seed 0 to the end under each schedule:", "",
               "| schedule | acquisition step | holds 0.9 from | steps run |", "| --- | ---: | ---: | ---: |"]
     for schedule in SCHEDULES:
