@@ -15,7 +15,7 @@ from pathlib import Path
 from study.runner import ROOT
 
 DOC = ROOT / "docs" / "study.md"
-CLAIM_FOLDERS = ("corpus/hard", "corpus/measures", "corpus/levels", "corpus/s", "corpus/controls")
+CLAIM_FOLDERS = ("corpus/hard", "corpus/measures", "corpus/levels", "corpus/s", "corpus/controls", "corpus/heldout")
 
 SECTIONS = (
     ("The corpus: what each run learned", ["study.corpus", "labels"], "docs/corpus.md", 1),
