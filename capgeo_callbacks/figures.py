@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.summary import layer_names
+from capgeo_callbacks.summary import first_warnings, layer_names
 
 __all__ = ["figure_pixels", "plot_grid", "plot_run", "rankme_heatmap", "story_card", "story_figure"]
 
@@ -114,10 +114,7 @@ def draw_run(axis: Any, summary: Mapping[str, Any], *, markers: bool, linewidth:
     if acquisition is not None:
         handles.append(axis.axvline(acquisition, color="red", linestyle="--", linewidth=1.4,
                                     label=f"acquisition (step {acquisition})"))
-    first: dict[str, int] = {}  # each rule's first run alert
-    for alert in summary.get("alerts") or []:
-        if alert.get("kind") == "run":
-            first.setdefault(alert.get("rule", "study"), alert["step"])
+    first = first_warnings(summary)
     styles = ("-.", ":", (0, (5, 1, 1, 1, 1, 1)))
     colours = ("darkorange", "tab:blue", "tab:purple")
     for i, (rule, step) in enumerate(first.items()):

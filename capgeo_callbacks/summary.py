@@ -147,11 +147,16 @@ def verdict_table(summary: Mapping[str, Any], markdown: bool = False) -> str:
         lines = [f"**{headline}**", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         return "\n".join(lines)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [headline, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-    lines.append("-" * len(lines[-1]))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join(lines)
+    return "\n".join([headline, *_aligned(header, rows)])
+
+
+def first_warnings(summary: Mapping[str, Any]) -> dict[str, int]:
+    """Each rule's first run-level alert step, in the order the rules first warned."""
+    first: dict[str, int] = {}
+    for alert in summary.get("alerts") or []:
+        if alert.get("kind") == "run":
+            first.setdefault(alert.get("rule") or "study", int(alert["step"]))
+    return first
 
 
 def rules_table(summary: Mapping[str, Any]) -> str:
@@ -159,10 +164,7 @@ def rules_table(summary: Mapping[str, Any]) -> str:
     forecaster, its last forecast of the acquisition step made before it (after it, a forecast is the step
     itself), with the interval; plain text."""
     acquisition = summary.get("acquisition_step")
-    first: dict[str, int] = {}
-    for alert in summary.get("alerts", []):
-        if alert.get("kind") == "run":
-            first.setdefault(alert.get("rule") or "study", int(alert["step"]))
+    first = first_warnings(summary)
     forecasts = summary.get("forecasts", {}) or {}
     header = ("rule", "first warning", "lead", "last forecast before acquisition [interval]")
     rows = []
@@ -180,11 +182,17 @@ def rules_table(summary: Mapping[str, Any]) -> str:
         rows.append((name, _cell(step), lead, forecast))
     if not rows:
         return ""
+    header_line, rule, *body = _aligned(header, rows)
+    return "\n".join([header_line, rule, *(line.rstrip() for line in body)])
+
+
+def _aligned(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A plain-text table: the header, a rule under it, then the rows, columns left-aligned."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines.append("-" * len(lines[-1]))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    return "\n".join(lines)
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return lines
 
 
 def write_summary(summary: Mapping[str, Any], directory: str | Path, filename: str = SUMMARY_FILENAME) -> Path:

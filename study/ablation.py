@@ -114,8 +114,11 @@ def follows_schedule(rows: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
     for task in TASKS:
         medians = []
         for schedule in warmups:
-            found = [(troughs(s)[deepest(s)][0], summed_rate(s, troughs(s)[deepest(s)][0]))
-                     for s in rows.get((task, schedule), []) if deepest(s) in troughs(s)]
+            found = []
+            for summary in rows.get((task, schedule), []):
+                trough = troughs(summary).get(deepest(summary) or "")
+                if trough is not None:
+                    found.append((trough[0], summed_rate(summary, trough[0])))
             if not found:
                 break
             medians.append(statistics.median(f[0] for f in found))
