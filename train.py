@@ -234,20 +234,66 @@ def registered_rules(path: str) -> tuple[list[Rule], dict[str, Any] | None]:
 
 
 def provenance() -> dict[str, Any]:
-    """Where a run was made: the code's commit (``git``, or ``CAPGEO_COMMIT`` where the checkout has no
-    ``.git``), whether the tree had uncommitted changes, the machine and the library versions."""
-    commit, dirty = os.environ.get("CAPGEO_COMMIT"), None
+    """Where a run was made, as far as the launching side knows it: the code's commit and whether the tree was
+    clean, checked with ``git`` where the checkout has it, else taken from ``CAPGEO_COMMIT`` and
+    ``CAPGEO_TREE_CLEAN`` set by the machine that launched the run (a copied tree has no ``.git``); the thread
+    count and the library versions. The accelerator is recorded once the trainer has chosen it
+    (``RunCost.on_fit_start``)."""
+    commit = os.environ.get("CAPGEO_COMMIT")
+    clean_env = os.environ.get("CAPGEO_TREE_CLEAN")
+    clean = None if clean_env is None else clean_env.lower() in ("1", "true", "yes")
     try:
         root = Path(__file__).resolve().parent
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                                 check=True, timeout=10).stdout.strip() or commit
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                    capture_output=True, text=True, check=True, timeout=10).stdout.strip())
+        clean = not subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                   capture_output=True, text=True, check=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
-    return {"commit": commit, "uncommitted_changes": dirty, "machine": f"{platform.node()} ({device})",
+    return {"commit": commit, "uncommitted_changes": None if clean is None else not clean,
+            "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "torch": torch.__version__, "lightning": pl.__version__}
+
+
+def accelerator_name(device: torch.device) -> str:
+    """The accelerator a run actually trained on: the GPU's name, or the CPU's."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+class RunCost(Callback):
+    """What a run cost, carried in its checkpoints so a resumed run's totals are whole: CPU and wall seconds
+    since ``fit`` began, summed over every part, and how many times it was resumed.
+
+    A part killed before it wrote a summary still counts up to its last checkpoint (the time after that
+    checkpoint is recomputed by the resumed part, and counted there)."""
+
+    def __init__(self) -> None:
+        self.cpu_seconds = 0.0
+        self.wall_seconds = 0.0
+        self.resumes = 0
+        self.accelerator: str | None = None
+        self._started: tuple[float, float] | None = None
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._started = (time.process_time(), time.perf_counter())
+        self.accelerator = accelerator_name(trainer.strategy.root_device)
+
+    def totals(self) -> dict[str, Any]:
+        cpu, wall = self.cpu_seconds, self.wall_seconds
+        if self._started is not None:
+            cpu += time.process_time() - self._started[0]
+            wall += time.perf_counter() - self._started[1]
+        return {"cpu_seconds": cpu, "wall_seconds": wall, "resumes": self.resumes}
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.totals()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.cpu_seconds = float(state_dict.get("cpu_seconds", 0.0))
+        self.wall_seconds = float(state_dict.get("wall_seconds", 0.0))
+        self.resumes = int(state_dict.get("resumes", 0)) + 1
 
 
 def check_logdir(logdir: str) -> Path:
@@ -407,18 +453,16 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
                                        answer_len=datamodule.answer_len, rules=rules)
     if args.stop_when_learned:
         measures.append(StopWhenLearned(args.evals_after_learned))
-    trainer = build_trainer(args, [*measures, *callbacks], logger)
+    run_cost = RunCost()
+    trainer = build_trainer(args, [*measures, *callbacks, run_cost], logger)
     summary_path = Path(logger.log_dir) / SUMMARY_FILENAME
-    # a resumed run adds to the time its earlier parts took (their summary is in the same folder)
-    before = read_summary(summary_path) if ckpt_path is not None and summary_path.exists() else {}
-    started, started_cpu = time.perf_counter(), time.process_time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    cost = {"wall_seconds": before.get("wall_seconds", 0.0) + time.perf_counter() - started,
-            "cpu_seconds": before.get("cpu_seconds", 0.0) + time.process_time() - started_cpu}
+    cost = {**run_cost.totals(), "accelerator": run_cost.accelerator,
+            "machine": f"{platform.node()} ({run_cost.accelerator})"}
 
     summary = {"run_dir": logger.log_dir, **cost, **run_info}
     if trainer.is_global_zero:
-        if summary_path.exists():  # what the run cost, beside what it measured (the corpus' cost table)
+        if summary_path.exists():  # what the run cost and where it ran, beside what it measured
             summary = {**read_summary(summary_path), **cost}
             write_summary(summary, summary_path.parent)
             summary["run_dir"] = logger.log_dir

@@ -14,6 +14,11 @@ Phases (the emergence issue's corpus; seeds 100 and up are the held-out test's a
 - ``controls``: the hard level with shuffled answers (nothing to learn) for the learnable tasks, seeds 0-1,
   to the end of the budget.
 - ``s``: size ``s`` on the hard level of ``mod`` and two calibrated tasks, seeds 0-1.
+- ``calibration-cpu``: the registered tasks' hard level, seeds 0-2, on the held-out runs' hardware (this CPU, one
+  thread), each to the end of its budget (no ``--stop-when-learned``): the clock recomputed where the held-out
+  runs were made, and whole runs that show whether an acquired run falls back late.
+
+Calibration phases refuse a tree with uncommitted changes: their summaries must name the code they ran.
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ from typing import Any
 
 import tasks
 from capgeo_callbacks.summary import json_safe, read_summary
-from study.runner import ROOT, Job, run_jobs, summary_of
+from study.runner import ROOT, Job, require_clean_tree, run_jobs, summary_of
 from tasks.budgets import budget
 
 RUNS = ROOT / "runs" / "corpus"
 CORPUS = ROOT / "corpus"
 HELD_OUT_SEEDS = 100  # seeds from here on belong to the pre-registered held-out test
 CONTROL_TASKS = ("copy", "reverse", "compare", "add", "sort", "mul")  # learnable tasks with a shuffled twin
+REGISTERED_TASKS = CONTROL_TASKS  # the held-out test's tasks (study/registration.json, "held_out")
 SIZE_S_TASKS = ("mod", "sort", "copy")
 LEARNED = ("--stop-when-learned",)
 
@@ -64,12 +70,15 @@ def phase_jobs(phase: str) -> list[Job]:
     if phase == "controls":
         return [_job(phase, task, "hard", seed, extra=("--shuffle-answers",))
                 for seed in (0, 1) for task in CONTROL_TASKS]
+    if phase == "calibration-cpu":
+        return [_job(phase, task, "hard", seed) for seed in (0, 1, 2) for task in REGISTERED_TASKS]
     if phase == "s":
         return [_job(phase, task, "hard", seed, size="s", extra=LEARNED) for seed in (0, 1) for task in SIZE_S_TASKS]
     raise ValueError(f"unknown phase {phase!r}; valid: {', '.join(PHASES)}")
 
 
-PHASES = ("hard", "measures", "levels", "controls", "s")
+PHASES = ("hard", "measures", "levels", "controls", "s", "calibration-cpu")
+CLEAN_PHASES = ("calibration-cpu",)  # phases whose runs must come from a committed tree
 
 
 def exported(job: Job, corpus: Path = CORPUS) -> bool:
@@ -254,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "run":
         os.nice(args.nice)
         for phase in args.phases:
+            if phase in CLEAN_PHASES:
+                require_clean_tree(f"phase {phase}")
             jobs = [job for job in phase_jobs(phase) if not exported(job)]
             print(f"== phase {phase}: {len(jobs)} runs not in the corpus yet", flush=True)
             run_jobs(jobs, workers=args.workers)

@@ -49,6 +49,22 @@ def summary_of(job: Job) -> dict[str, Any] | None:
     return newest_summary(job.root)
 
 
+def require_clean_tree(what: str, root: Path = ROOT) -> str:
+    """The commit of ``root``, or exit when its tracked files have uncommitted changes: a registered or calibration
+    run must name the code it ran."""
+    try:
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as err:
+        raise SystemExit(f"{what} needs a git checkout to record its commit: {err}") from err
+    if status:
+        raise SystemExit(f"{what} refuses a tree with uncommitted changes (commit them, or run from a clean "
+                         f"worktree):\n{status}")
+    return commit
+
+
 def _command(job: Job, python: str) -> list[str]:
     argv = [python, str(ROOT / "train.py"), *job.argv, "--logdir", str(job.logdir), "--name", job.name,
             "--no-progress"]

@@ -156,7 +156,8 @@ def test_killed_and_resumed_run_equals_the_unbroken_run(tmp_path: Path, monkeypa
         assert [step for step, _ in points] == expected_steps, tag
     # bit-identical: the task stream resumes at the checkpoint's batch, and training is deterministic (only
     # what the runs cost differs)
-    cost = ("wall_seconds", "cpu_seconds")
+    cost = ("wall_seconds", "cpu_seconds", "resumes")
+    assert (summary["resumes"], expected["resumes"]) == (2, 0)  # two kills, two resumes, counted across parts
     assert {k: v for k, v in summary.items() if k not in cost} == {k: v for k, v in expected.items() if k not in cost}
     assert_same_tensors(load_checkpoint(unbroken)["state_dict"], load_checkpoint(resumed)["state_dict"])
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import tasks
 import train
@@ -177,3 +178,29 @@ def test_a_run_without_measures_still_records_everything(tmp_path) -> None:
     assert set(saved["chance"]) == {"exact", "token_acc", "logprob", "logprob_sd", "questions", "tokens"}
     assert saved["labels"]["outcome"] in {"chance", "partial", "acquired", "acquired-fully", "fell-back"}
     assert len(saved["commit"]) == 40 and saved["cpu_seconds"] > 0 and saved["validation_size"] == 512
+    assert saved["accelerator"].startswith("cpu") and saved["machine"].endswith(f"({saved['accelerator']})")
+    assert (saved["resumes"], saved["threads"]) == (0, torch.get_num_threads())
+
+
+def test_run_cost_is_carried_across_resumes() -> None:
+    """A resumed part starts from the checkpoint's totals: time of earlier parts is never lost, even when a part
+    was killed before it wrote a summary."""
+    first = train.RunCost()
+    first.cpu_seconds, first.wall_seconds = 12.5, 30.0  # what an earlier part had counted at its checkpoint
+    saved = first.state_dict()
+    assert saved == {"cpu_seconds": 12.5, "wall_seconds": 30.0, "resumes": 0}
+    resumed = train.RunCost()
+    resumed.load_state_dict(saved)
+    again = train.RunCost()
+    again.load_state_dict(resumed.state_dict())
+    assert (again.cpu_seconds, again.wall_seconds, again.resumes) == (12.5, 30.0, 2)
+
+
+def test_provenance_names_the_threads_and_a_clean_tree_from_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the checkout has no git, the launching machine says which commit and whether its tree was clean."""
+    monkeypatch.setenv("CAPGEO_COMMIT", "a" * 40)
+    monkeypatch.setenv("CAPGEO_TREE_CLEAN", "1")
+    monkeypatch.setattr(train.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no git")))
+    record = train.provenance()
+    assert (record["commit"], record["uncommitted_changes"]) == ("a" * 40, False)
+    assert record["threads"] == torch.get_num_threads()
