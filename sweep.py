@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import tasks
 import train
-from capgeo_callbacks.runs import newest_summary, read_version_summary, versions
+from capgeo_callbacks.run.reading import newest_summary, read_version_summary, versions
 from models import SIZES
 
 ROOT = Path(__file__).resolve().parent

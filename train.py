@@ -36,8 +36,9 @@ from capgeo_callbacks import (
     PrecursorDetector,
     RankMeMonitor,
 )
+from capgeo_callbacks.capture.selectors import SELECTORS
 from capgeo_callbacks.detection import detect_hold, split_points
-from capgeo_callbacks.progress import BarSafeHandler, StepProgressBar
+from capgeo_callbacks.publish.progress import BarSafeHandler, StepProgressBar
 from capgeo_callbacks.registry import (
     default_measures,
     get_measure,
@@ -48,10 +49,9 @@ from capgeo_callbacks.registry import (
     resolve_measures,
 )
 from capgeo_callbacks.rules import Rule, StudyRule
-from capgeo_callbacks.runs import newest_version, version_number
-from capgeo_callbacks.schedule import SCHEDULES, linear_interval
-from capgeo_callbacks.selectors import SELECTORS
-from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary, rules_table, verdict_table, write_summary
+from capgeo_callbacks.run.reading import newest_version, version_number
+from capgeo_callbacks.run.schedule import SCHEDULES, linear_interval
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, read_summary, rules_table, verdict_table, write_summary
 from models import SIZES, CapabilityModule
 from models.lightning_module import LR_SCHEDULES
 from tasks.budgets import Budget, budget

@@ -23,7 +23,7 @@ import torch
 import train
 from benchmarks._timing import add_timing_args, interleaved, median
 from benchmarks.overhead import run
-from capgeo_callbacks.schedule import evaluation_steps
+from capgeo_callbacks.run.schedule import evaluation_steps
 from models import SIZES
 from tasks import DIFFICULTIES, TASKS
 from tasks.budgets import budget

@@ -30,9 +30,10 @@ import lightning.pytorch as pl
 import capgeo_callbacks
 import train
 from benchmarks._timing import CLOCKS, add_timing_args, apply_timing_args, interleaved, median
-from capgeo_callbacks import capture, loggers
 from capgeo_callbacks.callbacks import base, precursor_detector
-from capgeo_callbacks.schedule import evaluation_steps
+from capgeo_callbacks.capture import hooks as capture
+from capgeo_callbacks.publish import loggers
+from capgeo_callbacks.run.schedule import evaluation_steps
 from tasks import DIFFICULTIES, TASKS
 from tasks.budgets import budget
 

@@ -35,7 +35,7 @@ import train
 from benchmarks._timing import add_timing_args, apply_timing_args, fmt_times, interleaved, median
 from benchmarks._training import pretrain
 from capgeo_callbacks import RankMeMonitor
-from capgeo_callbacks.layers import resolve_layers
+from capgeo_callbacks.capture.layers import resolve_layers
 from capgeo_callbacks.measures.rankme import _singular_values, rankme
 from models import CapabilityModule
 

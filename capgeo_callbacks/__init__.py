@@ -6,7 +6,6 @@ itself in the measure registry (:mod:`capgeo_callbacks.registry`, docs/measures.
 docs/design.md.
 """
 
-from capgeo_callbacks.batches import answer_cross_entropy
 from capgeo_callbacks.callbacks import (
     EvaluationSchedule,
     GradientMeasureCallback,
@@ -19,7 +18,9 @@ from capgeo_callbacks.callbacks import (
     RankMeMonitor,
 )
 from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
-from capgeo_callbacks.capture import HiddenStateCapture
+from capgeo_callbacks.capture.batches import answer_cross_entropy
+from capgeo_callbacks.capture.hooks import HiddenStateCapture
+from capgeo_callbacks.capture.layers import glob_match, resolve_layers
 from capgeo_callbacks.detection import (
     Alert,
     Collapse,
@@ -34,7 +35,6 @@ from capgeo_callbacks.detection import (
     replay_alerts,
     spearman,
 )
-from capgeo_callbacks.layers import glob_match, resolve_layers
 from capgeo_callbacks.measures import (
     effective_rank,
     estimate_llc,
@@ -56,9 +56,9 @@ from capgeo_callbacks.registry import (
     unregister_measure,
 )
 from capgeo_callbacks.rules import Forecast, Rule, RunView
-from capgeo_callbacks.schedule import evaluation_steps
-from capgeo_callbacks.summary import SUMMARY_FILENAME, build_summary, read_summary
-from capgeo_callbacks.tracking import RunTracker
+from capgeo_callbacks.run.schedule import evaluation_steps
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, build_summary, read_summary
+from capgeo_callbacks.run.tracker import RunTracker
 
 __all__ = [
     "SUMMARY_FILENAME",

@@ -7,7 +7,7 @@ Logged keys:
     ``val/token_acc``: per-token accuracy over answer tokens.
     ``val/logprob``: mean log-probability of the correct answer tokens (``-val/loss``; logged under its own
     name because detection reads it as "log-prob emergence").
-(``test/...`` likewise.) The loss and the scores are the library's (:mod:`capgeo_callbacks.batches`, a public
+(``test/...`` likewise.) The loss and the scores are the library's (:mod:`capgeo_callbacks.capture.batches`, a public
 module), so offline analysis scores revisions the same way. Validation metrics are torchmetrics ``MeanMetric`` s:
 each example (or answer token) counts once, across batches of any size and across DDP ranks.
 """
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from capgeo_callbacks.batches import answer_cross_entropy, answer_scores
+from capgeo_callbacks.capture.batches import answer_cross_entropy, answer_scores
 from models.sizes import build_model
 from tasks.budgets import Budget
 
@@ -31,13 +31,13 @@ LR_SCHEDULES = ("cosine", "constant")
 
 
 def answer_loss(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> Tensor:
-    """Mean cross-entropy over answer tokens (:func:`capgeo_callbacks.batches.answer_cross_entropy`)."""
+    """Mean cross-entropy over answer tokens (:func:`capgeo_callbacks.capture.batches.answer_cross_entropy`)."""
     return answer_cross_entropy(logits, {"targets": targets, "answer_mask": answer_mask})
 
 
 def answer_metrics(logits: Tensor, targets: Tensor, answer_mask: Tensor) -> dict[str, Tensor]:
     """One batch's exact-match accuracy, mean answer-token log-prob and loss
-    (:func:`capgeo_callbacks.batches.answer_scores`)."""
+    (:func:`capgeo_callbacks.capture.batches.answer_scores`)."""
     scores = answer_scores(logits, targets, answer_mask)
     logprob = scores["token_logprob"].mean() if scores["token_logprob"].numel() else torch.zeros(())
     return {"acc": scores["exact"].mean(), "logprob": logprob, "loss": -logprob}

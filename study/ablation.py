@@ -141,7 +141,7 @@ def table() -> str:
     acquisition step of the runs to the end."""
     import statistics
 
-    from capgeo_callbacks.summary import read_summary
+    from capgeo_callbacks.run.summary import read_summary
 
     rows = {}
     for schedule in SCHEDULES:
@@ -186,7 +186,7 @@ def figure(path: Path = FIGURE) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from capgeo_callbacks.summary import read_summary
+    from capgeo_callbacks.run.summary import read_summary
 
     fig, axes = plt.subplots(2, len(SCHEDULES), figsize=(3.2 * len(SCHEDULES), 5), sharex=True,
                              gridspec_kw={"height_ratios": [3, 1]})

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.summary import read_summary
+from capgeo_callbacks.run.summary import read_summary
 from study.runner import ROOT, Job, run_jobs, summary_of
 
 LOGDIR = ROOT / "runs" / "calibration"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import tasks
-from capgeo_callbacks.summary import json_safe, read_summary
+from capgeo_callbacks.run.summary import json_safe, read_summary
 from study.runner import ROOT, Job, require_clean_tree, run_jobs, summary_of
 from tasks.budgets import budget
 
@@ -195,7 +195,7 @@ def relabelled(summary: dict[str, Any]) -> dict[str, Any]:
 
 def exact_at_chance(summary: dict[str, Any], labels: dict[str, Any]) -> bool | None:
     """Whether exact match alone stayed within the Wilson interval of the most frequent whole answer."""
-    from capgeo_callbacks.stats import wilson
+    from capgeo_callbacks.detection.stats import wilson
 
     chance = summary.get("chance")
     if not chance or labels.get("max_acc") is None:

@@ -16,8 +16,8 @@ import argparse
 from pathlib import Path
 
 from capgeo_callbacks.detection import DetectionSettings, detect_run
-from capgeo_callbacks.figures import draw_run, new_figure
-from capgeo_callbacks.runs import find_runs
+from capgeo_callbacks.publish.figures import draw_run, new_figure
+from capgeo_callbacks.run.reading import find_runs
 
 SELECTIONS = {"answer": "rankme/", "first_answer": "rankme_first_answer/", "question_mean": "rankme_question_mean/"}
 

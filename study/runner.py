@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.runs import newest_summary, newest_version
+from capgeo_callbacks.run.reading import newest_summary, newest_version
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,11 +1,11 @@
-"""capgeo_callbacks.batches.answer_scores: the one scoring of answers (models' val/acc and val/logprob, offline
+"""capgeo_callbacks.capture.batches.answer_scores: the one scoring of answers (models' val/acc and val/logprob, offline
 analysis of Hugging Face revisions), against a direct computation over every position."""
 
 from __future__ import annotations
 
 import torch
 
-from capgeo_callbacks.batches import answer_cross_entropy, answer_scores
+from capgeo_callbacks.capture.batches import answer_cross_entropy, answer_scores
 
 
 def test_answer_scores_equal_a_full_log_softmax_read_at_the_answers() -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from capgeo_callbacks.dashboard import custom_scalars_layout
+from capgeo_callbacks.publish.dashboard import custom_scalars_layout
 
 
 def test_layout_puts_accuracy_beside_each_layer_deepest_first() -> None:
@@ -17,7 +17,7 @@ def test_layout_puts_accuracy_beside_each_layer_deepest_first() -> None:
 
 
 def test_dashboard_scalars_are_early_only_and_the_floor_is_the_lowest_so_far() -> None:
-    from capgeo_callbacks.dashboard import dashboard_scalars
+    from capgeo_callbacks.publish.dashboard import dashboard_scalars
 
     rankme = {"a": [[0, 30.0], [5, 12.0], [10, 20.0]], "b": [[0, 8.0]]}
     assert dashboard_scalars(rankme, 10, 100, 1) == {"capgeo/alerts_raised": 1.0, "rankme_early/a": 20.0,

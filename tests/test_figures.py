@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from capgeo_callbacks.detection import DetectionSettings, replay_alerts
-from capgeo_callbacks.figures import figure_pixels, plot_run, rankme_heatmap, story_figure
-from capgeo_callbacks.summary import build_summary
+from capgeo_callbacks.publish.figures import figure_pixels, plot_run, rankme_heatmap, story_figure
+from capgeo_callbacks.run.summary import build_summary
 
 STEPS = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
 RANKME = [30.0, 28.0, 20.0, 8.0, 3.0, 2.5, 2.6, 4.0, 9.0, 14.0, 18.0, 20.0, 21.0]

@@ -18,7 +18,7 @@ pytest.importorskip("accelerate")  # transformers.Trainer needs it
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
 
 from capgeo_callbacks.detection import DetectionSettings  # noqa: E402
-from capgeo_callbacks.hf import ACC_KEY, CapgeoTrainerCallback  # noqa: E402
+from capgeo_callbacks.integrations.hf import ACC_KEY, CapgeoTrainerCallback  # noqa: E402
 from capgeo_callbacks.offline.measured import Measured  # noqa: E402
 from tests.callbacks.conftest import reference_rankme  # noqa: E402
 
@@ -147,7 +147,7 @@ def test_alerts_are_raised_live_once_and_failures_are_skipped(monkeypatch, caplo
         measured = Measured(rankme={"layers.0+final_norm": float(rankme[i])}, acc=acc[i], logprob=-1.0)
         return measured, ["layers.0+final_norm"]
 
-    monkeypatch.setattr("capgeo_callbacks.hf.measure_hf", scripted)
+    monkeypatch.setattr("capgeo_callbacks.integrations.hf.measure_hf", scripted)
     alerts: list = []
     callback = CapgeoTrainerCallback(probe_rows(8), settings=DetectionSettings(smoothing=1), on_alert=alerts.append,
                                      eval_steps=list(range(0, 170, 10)))
@@ -194,7 +194,7 @@ def test_bad_arguments_name_the_valid_choices() -> None:
 
 def test_transformers_is_imported_by_capgeo_callbacks_hf_only(monkeypatch) -> None:
     """No other module of capgeo_callbacks imports transformers at module level (offline analysis imports it
-    inside the functions that load a revision), none imports tasks or models, and capgeo_callbacks.hf says
+    inside the functions that load a revision), none imports tasks or models, and capgeo_callbacks.integrations.hf says
     what to install when transformers is missing."""
     package = Path(__file__).parents[1] / "capgeo_callbacks"
     for path in package.rglob("*.py"):
@@ -205,8 +205,8 @@ def test_transformers_is_imported_by_capgeo_callbacks_hf_only(monkeypatch) -> No
             assert not roots & {"tasks", "models"}, path
             if path.name != "hf.py":
                 assert "transformers" not in roots, path
-                assert "capgeo_callbacks.hf" not in names, path
+                assert "capgeo_callbacks.integrations.hf" not in names, path
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if it were not installed
-    monkeypatch.delitem(sys.modules, "capgeo_callbacks.hf")
+    monkeypatch.delitem(sys.modules, "capgeo_callbacks.integrations.hf")
     with pytest.raises(ImportError, match=r"pip install 'capgeo-callbacks\[hf\]'"):
-        importlib.import_module("capgeo_callbacks.hf")
+        importlib.import_module("capgeo_callbacks.integrations.hf")

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from capgeo_callbacks.layers import glob_match, output_tensor, resolve_layers, short_names
-from capgeo_callbacks.selectors import SelectorError, select_rows, validate_selector
+from capgeo_callbacks.capture.layers import glob_match, output_tensor, resolve_layers, short_names
+from capgeo_callbacks.capture.selectors import SelectorError, select_rows, validate_selector
 
 
 class Toy(nn.Module):

@@ -22,7 +22,7 @@ from capgeo_callbacks import (  # noqa: E402
     PrecursorDetector,
     RankMeMonitor,
 )
-from capgeo_callbacks.batches import answer_cross_entropy  # noqa: E402
+from capgeo_callbacks.capture.batches import answer_cross_entropy  # noqa: E402
 
 CONFIG = Path(__file__).parent / "fixtures" / "capgeo_cli.yaml"
 DIGITS = 4  # "d1 d2 d3 d4 SEP d1 d2 d3 d4": copy the digits

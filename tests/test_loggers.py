@@ -24,7 +24,7 @@ from matplotlib import image as mpimg
 from torch.utils.data import DataLoader, TensorDataset
 
 from capgeo_callbacks import DetectionSettings, PrecursorDetector
-from capgeo_callbacks.loggers import TEXT_FILENAME
+from capgeo_callbacks.publish.loggers import TEXT_FILENAME
 from tests.callbacks.conftest import read_events
 from tests.callbacks.scripted import INTERVAL, RANKME, ScriptedAccuracy, ScriptedMeasure
 

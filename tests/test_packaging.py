@@ -31,7 +31,7 @@ def test_the_wheel_installs_the_library_only(tmp_path: Path) -> None:
     [wheel] = (tmp_path / "dist").glob("capgeo_callbacks-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names}
-    assert "capgeo_callbacks/__init__.py" in names and "capgeo_callbacks/runs.py" in names
+    assert "capgeo_callbacks/__init__.py" in names and "capgeo_callbacks/run/reading.py" in names
     assert "capgeo_callbacks/offline/__main__.py" in names  # subpackages too
     assert not top & set(CHECKOUT_ONLY), sorted(top)
     assert top - {"capgeo_callbacks"} == {next(t for t in top if t.endswith(".dist-info"))}

@@ -21,7 +21,7 @@ from torch import nn
 import tasks
 import train
 from capgeo_callbacks import LinearProbeMonitor, MeasureCallback, RankMeMonitor
-from capgeo_callbacks.schedule import evaluation_steps
+from capgeo_callbacks.run.schedule import evaluation_steps
 from models import SIZES
 
 # mod easy at size xs: last-layer RankMe collapses by step 30 and recovers by step 60, long before

@@ -1,4 +1,4 @@
-"""capgeo_callbacks.runs: the one reader of run folders (versions, the newest summary, packed corpus files)."""
+"""capgeo_callbacks.run.reading: the one reader of run folders (versions, the newest summary, packed corpus files)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from capgeo_callbacks.runs import (
+from capgeo_callbacks.run.reading import (
     find_run_summary,
     find_runs,
     newest_summary,
@@ -17,7 +17,7 @@ from capgeo_callbacks.runs import (
     version_number,
     versions,
 )
-from capgeo_callbacks.summary import SUMMARY_FILENAME
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME
 
 
 def write_run(root: Path, name: str, summary: dict, version: int | None = 0) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capgeo_callbacks.schedule import EARLY_SHARE, EARLY_SPAN, evaluation_steps
+from capgeo_callbacks.run.schedule import EARLY_SHARE, EARLY_SPAN, evaluation_steps
 
 
 @pytest.mark.parametrize("max_steps", [100, 1500, 3000, 6000, 15000])

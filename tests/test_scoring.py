@@ -12,6 +12,8 @@ import pytest
 
 from capgeo_callbacks.detection import Alert
 from capgeo_callbacks.rules import Forecast, Rule, RuleOutput, RunView
+from capgeo_callbacks.run.summary import write_summary
+from capgeo_callbacks.run.tracker import RunTracker
 from capgeo_callbacks.scoring import (
     Rate,
     forecast_scores,
@@ -21,8 +23,6 @@ from capgeo_callbacks.scoring import (
     warning_scores,
     warning_table,
 )
-from capgeo_callbacks.summary import write_summary
-from capgeo_callbacks.tracking import RunTracker
 
 STEPS = list(range(0, 1000, 50))  # 20 evaluations
 

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from capgeo_callbacks import RankMeMonitor
-from capgeo_callbacks.selectors import select_rows
+from capgeo_callbacks.capture.selectors import select_rows
 from tests.callbacks.conftest import reference_rankme
 
 LENGTHS = [5, 3, 7, 1]  # real tokens per sequence; padded to 7

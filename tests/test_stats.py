@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scipy.stats import binomtest
 
-from capgeo_callbacks.stats import wilson, wilson_half_width
+from capgeo_callbacks.detection.stats import wilson, wilson_half_width
 
 
 @pytest.mark.parametrize(("k", "n"), [(0, 5), (5, 8), (13, 15), (256, 512), (512, 512), (1, 1)])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from capgeo_callbacks.detection import Alert, DetectionSettings, detect_run, replay_alerts
-from capgeo_callbacks.summary import (
+from capgeo_callbacks.run.summary import (
     COMPUTED_KEYS,
     OFFLINE_SUMMARY_FILENAME,
     SUMMARY_FILENAME,
@@ -231,7 +231,7 @@ def test_computed_keys_are_what_build_summary_computes() -> None:
 
 
 def test_rules_table_gives_first_warning_lead_and_the_last_forecast_before_acquisition() -> None:
-    from capgeo_callbacks.summary import rules_table
+    from capgeo_callbacks.run.summary import rules_table
 
     summary = {
         "acquisition_step": 600,

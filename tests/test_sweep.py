@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import sweep
-from capgeo_callbacks.schedule import evaluation_steps
-from capgeo_callbacks.summary import SUMMARY_FILENAME
+from capgeo_callbacks.run.schedule import evaluation_steps
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME
 from tasks.budgets import budget
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from capgeo_callbacks.detection import Alert, Chance, DetectionSettings, replay_alerts
 from capgeo_callbacks.rules import RULES, Forecast, Rule, RuleOutput, RunView, make_rule, register_rule, replay
-from capgeo_callbacks.summary import read_summary
-from capgeo_callbacks.tracking import RunTracker, forecast_from_record, forecast_record
+from capgeo_callbacks.run.summary import read_summary
+from capgeo_callbacks.run.tracker import RunTracker, forecast_from_record, forecast_record
 from tests.detection.conftest import LATE_RANKME, PRECURSOR_ACC, PRECURSOR_RANKME, STEPS, core, feed, points
 
 CHANCE = Chance(exact=0.01, token_acc=0.2, logprob=-2.0, logprob_sd=0.5, questions=512, tokens=2048)

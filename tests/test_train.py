@@ -12,7 +12,7 @@ import torch
 
 import tasks
 import train
-from capgeo_callbacks.schedule import evaluation_steps
+from capgeo_callbacks.run.schedule import evaluation_steps
 from models import SIZES
 from tests.callbacks.conftest import read_events
 

@@ -1,5 +1,5 @@
 """Glue shared by the hidden-state monitors (RankMe, probes): resolving the watched layers, running a
-:class:`~capgeo_callbacks.capture.HiddenStateCapture` over the validation pass, gathering rows under DDP."""
+:class:`~capgeo_callbacks.capture.hooks.HiddenStateCapture` over the validation pass, gathering rows under DDP."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from torch import Tensor
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import MeasureCallback, check_positive_int, never_fails
-from capgeo_callbacks.capture import HiddenStateCapture, LabelsFn
-from capgeo_callbacks.distributed import gather_rows
-from capgeo_callbacks.layers import resolve_layers, short_names
-from capgeo_callbacks.selectors import Selector, selector_name, validate_selector
+from capgeo_callbacks.callbacks.distributed import gather_rows
+from capgeo_callbacks.capture.hooks import HiddenStateCapture, LabelsFn
+from capgeo_callbacks.capture.layers import resolve_layers, short_names
+from capgeo_callbacks.capture.selectors import Selector, selector_name, validate_selector
 
 
 class HiddenStateMonitor(MeasureCallback):

@@ -5,7 +5,7 @@ The failure rule: configuration errors (bad arguments, a layer pattern that matc
 ``__init__`` or ``setup``, before the first step; anything that fails later inside a hook (a measure, a
 logger, a file) is reported once, as a warning, and skipped: training and the user's script go on.
 
-The failure rule and the argument checks live in :mod:`capgeo_callbacks.common` (re-exported here).
+The failure rule and the argument checks live in :mod:`capgeo_callbacks.run.failures` (re-exported here).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from typing_extensions import override
 
-from capgeo_callbacks.batches import (
+from capgeo_callbacks.callbacks.distributed import broadcast_object
+from capgeo_callbacks.capture.batches import (
     ANSWER_KEYS,
     answer_cross_entropy,
     batch_size_of,
@@ -34,10 +35,9 @@ from capgeo_callbacks.batches import (
     slice_batch,
     to_device,
 )
-from capgeo_callbacks.common import append_point, check_callable, check_positive_int, never_fails
-from capgeo_callbacks.distributed import broadcast_object
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
 from capgeo_callbacks.measures.hessian import math_sdpa
+from capgeo_callbacks.run.failures import append_point, check_callable, check_positive_int, never_fails
 
 
 class MeasureCallback(Callback):
@@ -164,9 +164,9 @@ class GradientMeasureCallback(MeasureCallback):
 
     Args:
         loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss of a batch; default
-            :func:`~capgeo_callbacks.batches.answer_cross_entropy`, which needs capgeo's dict batches.
+            :func:`~capgeo_callbacks.capture.batches.answer_cross_entropy`, which needs capgeo's dict batches.
         forward: ``forward(module, batch) -> output``; default
-            :func:`~capgeo_callbacks.batches.default_forward`.
+            :func:`~capgeo_callbacks.capture.batches.default_forward`.
         num_examples: size of the fixed batch.
         every_n_evals: measure at every n-th validation.
     """

@@ -14,14 +14,14 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import GradientMeasureCallback, check_positive_int
-from capgeo_callbacks.schedule import SCHEDULES, evaluation_steps
+from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
 
 
 class EvaluationSchedule(Callback):
     r"""Run Lightning's validation loop exactly at the given training steps, step 0 included.
 
     Lightning validates at a fixed interval; the study's collapse happens in the first few hundred steps,
-    so capgeo evaluates densely early (:func:`~capgeo_callbacks.schedule.evaluation_steps`). This callback
+    so capgeo evaluates densely early (:func:`~capgeo_callbacks.run.schedule.evaluation_steps`). This callback
     replaces the fit loop's "validate now?" decision with "is the step just taken in the schedule?" (after
     a whole optimizer step, so gradient accumulation is respected), and runs one validation before the
     first training step if 0 is scheduled. Everything else is Lightning's own validation: its hooks, its
@@ -30,7 +30,7 @@ class EvaluationSchedule(Callback):
     the first training batch, so step 0 reaches every measure.
 
     Args:
-        steps: the steps to validate at; default :func:`~capgeo_callbacks.schedule.evaluation_steps` of
+        steps: the steps to validate at; default :func:`~capgeo_callbacks.run.schedule.evaluation_steps` of
             ``max_steps`` with ``points`` and ``schedule``.
         max_steps: the budget the schedule spans (default: the trainer's ``max_steps``; a run stopped early
             with a smaller ``max_steps`` still follows the whole budget's schedule when this is given).

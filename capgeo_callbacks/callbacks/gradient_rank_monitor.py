@@ -39,7 +39,7 @@ class GradientRankMonitor(GradientMeasureCallback):
 
     Args:
         loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss; default answer-masked cross-entropy
-            (:func:`~capgeo_callbacks.batches.answer_cross_entropy`), for capgeo's dict batches only.
+            (:func:`~capgeo_callbacks.capture.batches.answer_cross_entropy`), for capgeo's dict batches only.
         batch_size: examples in the fixed batch (B).
         every_n_evals: measure at every n-th validation.
         forward: ``forward(module, batch) -> output``; default ``module(batch["input_ids"])`` for a dict

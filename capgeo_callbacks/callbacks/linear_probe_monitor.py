@@ -12,12 +12,12 @@ from typing import Any
 
 from torch import Tensor
 
-from capgeo_callbacks.batches import answer_labels
 from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
-from capgeo_callbacks.capture import LabelsFn
-from capgeo_callbacks.common import DEFAULT_LAYERS
+from capgeo_callbacks.capture.batches import answer_labels
+from capgeo_callbacks.capture.hooks import LabelsFn
+from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.measures.probes import linear_probe_accuracy
-from capgeo_callbacks.selectors import Selector
+from capgeo_callbacks.run.failures import DEFAULT_LAYERS
 
 
 class LinearProbeMonitor(HiddenStateMonitor):

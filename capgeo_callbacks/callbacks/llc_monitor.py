@@ -15,8 +15,8 @@ import lightning.pytorch as pl
 from torch import nn
 from typing_extensions import override
 
-from capgeo_callbacks.batches import batch_size_of, slice_batch
 from capgeo_callbacks.callbacks.base import GradientMeasureCallback
+from capgeo_callbacks.capture.batches import batch_size_of, slice_batch
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
 from capgeo_callbacks.measures.llc import estimate_llc
 

@@ -21,13 +21,13 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import MeasureCallback, check_positive_int, never_fails
-from capgeo_callbacks.dashboard import custom_scalars_layout, dashboard_scalars
 from capgeo_callbacks.detection import Alert, DetectionSettings
-from capgeo_callbacks.figures import figure_pixels, rankme_heatmap, story_card, story_figure
-from capgeo_callbacks.loggers import publish_alert, publish_hparams, publish_image, publish_text, save_png
+from capgeo_callbacks.publish.dashboard import custom_scalars_layout, dashboard_scalars
+from capgeo_callbacks.publish.figures import figure_pixels, rankme_heatmap, story_card, story_figure
+from capgeo_callbacks.publish.loggers import publish_alert, publish_hparams, publish_image, publish_text, save_png
 from capgeo_callbacks.rules import Rule
-from capgeo_callbacks.summary import SUMMARY_FILENAME, alert_message, verdict_table, write_summary
-from capgeo_callbacks.tracking import RunTracker
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, alert_message, verdict_table, write_summary
+from capgeo_callbacks.run.tracker import RunTracker
 
 log = logging.getLogger("capgeo")
 STORY_FILENAME = "capgeo_story.png"
@@ -42,7 +42,7 @@ class PrecursorDetector(Callback):
     alerts :func:`~capgeo_callbacks.detection.scan_alerts` finds (docs/design.md, "Detection"). Each alert
     is raised once: a text entry ``capgeo/alerts`` in every logger (a W&B alert too), a ``logging`` warning
     on the ``capgeo`` logger, and ``on_alert(alert)`` if given. At the end of fitting it writes
-    ``capgeo_summary.json`` (:func:`~capgeo_callbacks.summary.build_summary`) to the run's log folder, the
+    ``capgeo_summary.json`` (:func:`~capgeo_callbacks.run.summary.build_summary`) to the run's log folder, the
     verdict as text (``capgeo/verdict``), the RankMe heatmap (``capgeo/rankme_heatmap``) and hparams with
     the headline figures. Side effects happen on rank zero only; detection runs on every rank on identical
     (synchronised) values.

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from torch import Tensor
 
 from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
-from capgeo_callbacks.common import DEFAULT_LAYERS
+from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.measures.rankme import rankme
-from capgeo_callbacks.selectors import Selector
+from capgeo_callbacks.run.failures import DEFAULT_LAYERS
 
 
 class RankMeMonitor(HiddenStateMonitor):

@@ -23,7 +23,7 @@ from typing import Any
 
 from capgeo_callbacks.detection.series import as_floats, check_steps
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings
-from capgeo_callbacks.stats import Z95, wilson, wilson_half_width
+from capgeo_callbacks.detection.stats import Z95, wilson, wilson_half_width
 
 __all__ = ["HOLD_LEVELS", "Chance", "RunLabels", "at_chance", "detect_hold", "label_run"]
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from capgeo_callbacks.batches import batch_size_of, default_forward, split_batch
+from capgeo_callbacks.capture.batches import batch_size_of, default_forward, split_batch
 from capgeo_callbacks.measures.rankme import effective_rank_from_singular_values
 
 __all__ = [

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from capgeo_callbacks.batches import batch_size_of, default_forward
+from capgeo_callbacks.capture.batches import batch_size_of, default_forward
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn, _LossModule
 from capgeo_callbacks.measures.sgld import (
     _FlatParameters,

@@ -3,7 +3,7 @@
 Each revision is measured on a fixed probe set (Lightning checkpoints with the live monitors inside
 ``Trainer.validate``, Hugging Face folders with ``output_hidden_states``), revisions with identical weights
 are flagged, and the series go through the same detection and the same summary builder as a live run
-(:func:`~capgeo_callbacks.summary.build_summary`, with the alerts a live run would have raised replayed by
+(:func:`~capgeo_callbacks.run.summary.build_summary`, with the alerts a live run would have raised replayed by
 :func:`~capgeo_callbacks.detection.replay_alerts`). The summary has the keys of ``capgeo_summary.json``
 (docs/design.md, "Summary") plus ``revisions``, ``skipped_revisions``, ``duplicate_weights``, ``warnings``
 and ``analysis`` (how it was measured).
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.common import DEFAULT_LAYERS
+from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, SELECTORS, Selector, selector_name, validate_selector
 from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.offline.measure_hf import HF_NOTE, load_hf, measure_hf
 from capgeo_callbacks.offline.measure_lightning import load_module, measure_lightning, resolve_module_class
@@ -30,9 +30,9 @@ from capgeo_callbacks.offline.revisions import (
     load_checkpoint,
     weights_sha256,
 )
-from capgeo_callbacks.selectors import ANSWER_SELECTORS, SELECTORS, Selector, selector_name, validate_selector
-from capgeo_callbacks.summary import alert_message, json_safe
-from capgeo_callbacks.tracking import RunTracker
+from capgeo_callbacks.run.failures import DEFAULT_LAYERS
+from capgeo_callbacks.run.summary import alert_message, json_safe
+from capgeo_callbacks.run.tracker import RunTracker
 
 __all__ = ["DEFAULT_NUM_ROWS", "analyze"]
 
@@ -88,7 +88,7 @@ def analyze(
         module_class: dotted path of the LightningModule class of ``.ckpt`` files (default: recorded in
             the checkpoint as ``checkpoint["capgeo"]["module_class"]`` or the hparams' ``_class_path``).
         module_kwargs: overrides passed to ``load_from_checkpoint``.
-        selector: token rows (one of :data:`~capgeo_callbacks.selectors.SELECTORS` or a callable; default:
+        selector: token rows (one of :data:`~capgeo_callbacks.capture.selectors.SELECTORS` or a callable; default:
             the live RankMe monitor's, else ``answer`` when the probe set has the answer mask, else ``last``).
         num_rows: RankMe rows per layer, the first selected rows of the probe set (default: the live
             monitor's, else 2048).

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from capgeo_callbacks.capture.selectors import SELECTORS
 from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.offline.analysis import DEFAULT_NUM_ROWS, analyze
 from capgeo_callbacks.offline.measure_hf import HF_NOTE
@@ -23,8 +24,7 @@ from capgeo_callbacks.offline.measured import WarningLog
 from capgeo_callbacks.offline.recorded import read_record
 from capgeo_callbacks.offline.report_text import format_report
 from capgeo_callbacks.offline.revisions import find_revisions
-from capgeo_callbacks.selectors import SELECTORS
-from capgeo_callbacks.summary import OFFLINE_SUMMARY_FILENAME, write_summary
+from capgeo_callbacks.run.summary import OFFLINE_SUMMARY_FILENAME, write_summary
 
 __all__ = ["build_parser", "main"]
 

@@ -5,7 +5,7 @@ embeddings (labelled ``embed``) and ``hidden_states[i]`` the output of block ``i
 except the last, which Hugging Face returns *after the final layer norm*: it is labelled
 ``layers.{L-1}+final_norm`` (hooking the final norm module gives the same tensor). The raw output of the
 last block is not in ``hidden_states`` and is not measured. Rows are kept by the
-:class:`~capgeo_callbacks.capture.HiddenStateCapture` the live monitors use (docs/design.md, "RankMe
+:class:`~capgeo_callbacks.capture.hooks.HiddenStateCapture` the live monitors use (docs/design.md, "RankMe
 rows"). transformers is imported only here, and only when a Hugging Face folder is analysed.
 """
 
@@ -20,14 +20,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from capgeo_callbacks.batches import answer_labels, answer_scores, to_device
-from capgeo_callbacks.capture import HiddenStateCapture
-from capgeo_callbacks.layers import glob_match
+from capgeo_callbacks.capture.batches import answer_labels, answer_scores, to_device
+from capgeo_callbacks.capture.hooks import HiddenStateCapture
+from capgeo_callbacks.capture.layers import glob_match
+from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.measures.probes import linear_probe_accuracy
 from capgeo_callbacks.measures.rankme import rankme
 from capgeo_callbacks.offline.measured import Measured, WarningLog
 from capgeo_callbacks.offline.probe_sets import ProbeSet
-from capgeo_callbacks.selectors import Selector
 
 __all__ = ["FINAL_NORM_SUFFIX", "HF_NOTE", "hf_layer_labels", "load_hf", "measure_hf"]
 

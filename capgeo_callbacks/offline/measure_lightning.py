@@ -21,10 +21,10 @@ import lightning.pytorch as pl
 
 from capgeo_callbacks.callbacks.linear_probe_monitor import LinearProbeMonitor
 from capgeo_callbacks.callbacks.rankme_monitor import RankMeMonitor
+from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.offline.dotted import resolve_dotted
 from capgeo_callbacks.offline.measured import Measured, WarningLog
 from capgeo_callbacks.offline.probe_sets import ProbeSet
-from capgeo_callbacks.selectors import Selector
 
 __all__ = ["load_module", "measure_lightning", "resolve_module_class"]
 

@@ -35,7 +35,7 @@ class Measured:
 class WarningLog:
     """Warnings logged once each (on the ``capgeo.analyze`` logger) and kept for the summary.
 
-    Called as ``warn(key, message)``, the signature :class:`~capgeo_callbacks.capture.HiddenStateCapture`
+    Called as ``warn(key, message)``, the signature :class:`~capgeo_callbacks.capture.hooks.HiddenStateCapture`
     reports through.
     """
 

@@ -23,8 +23,8 @@ from typing import Any
 from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.offline.measured import WarningLog
 from capgeo_callbacks.offline.revisions import Revision, load_checkpoint
-from capgeo_callbacks.runs import RunRecord, find_run_summary, read_run
-from capgeo_callbacks.summary import run_info_of
+from capgeo_callbacks.run.reading import RunRecord, find_run_summary, read_run
+from capgeo_callbacks.run.summary import run_info_of
 
 __all__ = [
     "OFFLINE_KEYS",
@@ -77,7 +77,8 @@ class RecordedSetup:
         run_info: the run-info fields of the live summary (task, difficulty, size, seed, parameters, ...).
         steps: training steps the live summary records.
         settings: the live run's detection settings.
-        run: the live run (:class:`~capgeo_callbacks.runs.RunRecord`: its ``capgeo_summary.json``), if there is one.
+        run: the live run (:class:`~capgeo_callbacks.run.reading.RunRecord`: its ``capgeo_summary.json``), if
+            there is one.
     """
 
     module_class: str | None = None
@@ -208,7 +209,7 @@ def _checkpoint_datamodule(checkpoint: Mapping[str, Any]) -> tuple[dict[str, Any
 
 
 def recorded_run_info(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The run-info fields of a live summary: every key :func:`~capgeo_callbacks.summary.build_summary`
+    """The run-info fields of a live summary: every key :func:`~capgeo_callbacks.run.summary.build_summary`
     does not compute (``parameters`` included, which it takes from the run info when given)."""
     # "rankme_rows": the name of "rows" in summaries of capgeo 0.1
     return run_info_of(summary, exclude=(*OFFLINE_KEYS, "rankme_rows"))

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.figures import plot_grid, plot_run
-from capgeo_callbacks.runs import find_runs
-from capgeo_callbacks.summary import SUMMARY_FILENAME
+from capgeo_callbacks.publish.figures import plot_grid, plot_run
+from capgeo_callbacks.run.reading import find_runs
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME
 from study.report.curves import size_correlations
 from study.report.rows import CSV_COLUMNS, MISSING, precursor_rates, run_row
 

@@ -1,12 +1,13 @@
-"""A run's table row and the per-measure precursor rate, from the runs :func:`capgeo_callbacks.runs.find_runs` reads."""
+"""A run's table row and the per-measure precursor rate, from the runs
+:func:`capgeo_callbacks.run.reading.find_runs` reads."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from capgeo_callbacks.runs import RunRecord
-from capgeo_callbacks.summary import layer_names
+from capgeo_callbacks.run.reading import RunRecord
+from capgeo_callbacks.run.summary import layer_names
 
 MISSING = "—"
 RANKME_PREFIX = "rankme/"

@@ -14,7 +14,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from capgeo_callbacks.batches import answer_cross_entropy
+from capgeo_callbacks.capture.batches import answer_cross_entropy
 from tests.callbacks.conftest import ForeignEncoder, loaders, sum_mod_data
 
 

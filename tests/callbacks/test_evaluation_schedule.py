@@ -14,7 +14,7 @@ from capgeo_callbacks import (
     PrecursorDetector,
     RankMeMonitor,
 )
-from capgeo_callbacks.schedule import evaluation_steps
+from capgeo_callbacks.run.schedule import evaluation_steps
 from tests.callbacks.helpers import TinyAnswerLM, answer_loaders
 
 LAYERS = ["blocks.*", "norm_f"]

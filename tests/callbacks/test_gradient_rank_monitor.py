@@ -14,8 +14,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DistributedSampler
 
 from capgeo_callbacks import PrecursorDetector
-from capgeo_callbacks.batches import answer_cross_entropy
 from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientRankMonitor
+from capgeo_callbacks.capture.batches import answer_cross_entropy
 from capgeo_callbacks.measures.gradients import (
     gradient_covariance_rank,
     gradient_effective_rank,

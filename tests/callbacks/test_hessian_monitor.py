@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from capgeo_callbacks.batches import answer_cross_entropy
 from capgeo_callbacks.callbacks.hessian_monitor import HessianMonitor
+from capgeo_callbacks.capture.batches import answer_cross_entropy
 from capgeo_callbacks.measures.hessian import hessian_top_eigenvalues, hutchinson_trace
 from tests.callbacks.conftest import read_events
 from tests.callbacks.helpers import (

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from capgeo_callbacks.detection import Alert
-from capgeo_callbacks.tracking import RunTracker
+from capgeo_callbacks.run.tracker import RunTracker
 
 STEPS = [100 * i for i in range(20)]
 # Collapse at index 8 (step 800), recovery confirmed at index 11 (step 1100), acquisition at index 15.

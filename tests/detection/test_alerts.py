@@ -18,7 +18,7 @@ from capgeo_callbacks.detection import (
     replay_alerts,
     scan_alerts,
 )
-from capgeo_callbacks.tracking import RunTracker
+from capgeo_callbacks.run.tracker import RunTracker
 from tests.detection.conftest import (
     LATE_RANKME,
     PRECURSOR_ACC,

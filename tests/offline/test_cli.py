@@ -13,7 +13,7 @@ import pytest
 from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.offline import format_report, main
 from capgeo_callbacks.offline.cli import _settings, build_parser
-from capgeo_callbacks.summary import OFFLINE_SUMMARY_FILENAME
+from capgeo_callbacks.run.summary import OFFLINE_SUMMARY_FILENAME
 from tests.offline.conftest import REL, SETTINGS, TrainedRun, save_rows
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from capgeo_callbacks.summary import SUMMARY_FILENAME, json_safe, read_summary
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, json_safe, read_summary
 from tests.offline.conftest import LAYERS, NUM_ROWS, REL, SETTINGS, TrainedRun
 
 SHARED = {

@@ -18,7 +18,7 @@ from capgeo_callbacks.offline.recorded import (
     recorded_run_info,
     recorded_settings,
 )
-from capgeo_callbacks.summary import build_summary
+from capgeo_callbacks.run.summary import build_summary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

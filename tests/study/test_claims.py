@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capgeo_callbacks.runs import RunRecord
+from capgeo_callbacks.run.reading import RunRecord
 from study.claims import claims, main
 
 
@@ -52,7 +52,7 @@ def test_claims_on_constructed_runs() -> None:
 
 
 def test_cli_writes_the_table(tmp_path: Path) -> None:
-    from capgeo_callbacks.summary import write_summary
+    from capgeo_callbacks.run.summary import write_summary
 
     write_summary(run("a").summary, tmp_path / "runs" / "a")
     found = main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")])

@@ -14,8 +14,8 @@ import pytest
 from scipy.stats import spearmanr
 
 from capgeo_callbacks.detection import spearman
-from capgeo_callbacks.runs import find_runs
-from capgeo_callbacks.summary import SUMMARY_FILENAME
+from capgeo_callbacks.run.reading import find_runs
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME
 from study import report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

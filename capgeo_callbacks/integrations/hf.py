@@ -5,7 +5,7 @@ Per-layer RankMe, probe accuracy and precursor alerts for runs trained with ``tr
 of Lightning: the same measurement as offline analysis of Hugging Face revisions
 (:func:`~capgeo_callbacks.offline.measure_hf.measure_hf`), the same detection
 (:func:`~capgeo_callbacks.detection.scan_alerts`) and the same summary
-(:func:`~capgeo_callbacks.summary.build_summary`). ``transformers`` is imported here, and this module is
+(:func:`~capgeo_callbacks.run.summary.build_summary`). ``transformers`` is imported here, and this module is
 not imported by ``capgeo_callbacks`` itself, so capgeo works without it.
 """
 
@@ -22,23 +22,23 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from capgeo_callbacks.batches import to_device
-from capgeo_callbacks.common import append_point, check_positive_int, never_fails
+from capgeo_callbacks.capture.batches import to_device
+from capgeo_callbacks.capture.layers import glob_match
+from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, Selector, selector_name, validate_selector
 from capgeo_callbacks.detection import Alert, DetectionSettings
-from capgeo_callbacks.layers import glob_match
 from capgeo_callbacks.offline.measure_hf import TARGET_KEY, hf_layer_labels, measure_hf
 from capgeo_callbacks.offline.measured import WarningLog
 from capgeo_callbacks.offline.probe_sets import ProbeSet
 from capgeo_callbacks.rules import Rule
-from capgeo_callbacks.schedule import SCHEDULES, evaluation_steps
-from capgeo_callbacks.selectors import ANSWER_SELECTORS, Selector, selector_name, validate_selector
-from capgeo_callbacks.summary import SUMMARY_FILENAME, alert_message, write_summary
-from capgeo_callbacks.tracking import RunTracker
+from capgeo_callbacks.run.failures import append_point, check_positive_int, never_fails
+from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, alert_message, write_summary
+from capgeo_callbacks.run.tracker import RunTracker
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 except ImportError as err:  # pragma: no cover - the message is the point
-    raise ImportError("capgeo_callbacks.hf needs transformers: pip install 'capgeo-callbacks[hf]' "
+    raise ImportError("capgeo_callbacks.integrations.hf needs transformers: pip install 'capgeo-callbacks[hf]' "
                       "(or pip install 'transformers>=4.40')") from err
 
 __all__ = ["ACC_KEY", "LOGPROB_KEY", "CapgeoTrainerCallback"]
@@ -69,7 +69,7 @@ class CapgeoTrainerCallback(TrainerCallback):
     r"""Measure per-layer RankMe on a fixed probe set during ``transformers.Trainer`` training, raise
     precursor alerts live and write ``capgeo_summary.json`` at the end.
 
-    **When.** At the steps of :func:`~capgeo_callbacks.schedule.evaluation_steps` (``points`` over the
+    **When.** At the steps of :func:`~capgeo_callbacks.run.schedule.evaluation_steps` (``points`` over the
     budget, step 0 included): step 0 in ``on_train_begin`` (the initialised model, before any update), the
     others in ``on_step_end`` after the optimizer step of that step. The schedule is a pure function of the
     budget, independent of the Trainer's own ``eval_strategy``, so runs with different evaluation settings
@@ -92,7 +92,7 @@ class CapgeoTrainerCallback(TrainerCallback):
 
     **Alerts** (docs/design.md, "Detection"): after each measurement,
     :func:`~capgeo_callbacks.detection.scan_alerts` on the series so far; each new alert is a ``logging``
-    warning on the ``capgeo`` logger (:func:`~capgeo_callbacks.summary.alert_message`) and
+    warning on the ``capgeo`` logger (:func:`~capgeo_callbacks.run.summary.alert_message`) and
     ``on_alert(alert)`` if given.
 
     **Trainer logs.** A callback gets no Trainer object, and ``Trainer.log`` appends its entry to
@@ -145,7 +145,7 @@ class CapgeoTrainerCallback(TrainerCallback):
 
     Example::
 
-        from capgeo_callbacks.hf import CapgeoTrainerCallback
+        from capgeo_callbacks.integrations.hf import CapgeoTrainerCallback
 
         rows = {"input_ids": ids, "attention_mask": mask}  # a fixed probe set, e.g. 2048 prompts
         callback = CapgeoTrainerCallback(rows, selector="last", acc_fn=my_accuracy)

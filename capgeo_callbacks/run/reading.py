@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.summary import SUMMARY_FILENAME, read_summary
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, read_summary
 
 __all__ = [
     "DIFFICULTY_ORDER",

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.summary import first_warnings, layer_names
+from capgeo_callbacks.run.summary import first_warnings, layer_names
 
 __all__ = ["figure_pixels", "plot_grid", "plot_run", "rankme_heatmap", "story_card", "story_figure"]
 

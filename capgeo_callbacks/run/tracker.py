@@ -117,9 +117,9 @@ class RunTracker:
     def summary(self, measured: Mapping[str, Points] | None = None, *, steps: int | None = None,
                 parameters: int | None = None, rows: Mapping[str, int] | None = None,
                 selectors: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """The run summary (:func:`~capgeo_callbacks.summary.build_summary`) with the rules, their alerts and
+        """The run summary (:func:`~capgeo_callbacks.run.summary.build_summary`) with the rules, their alerts and
         their forecasts."""
-        from capgeo_callbacks.summary import build_summary  # the summary module imports detection
+        from capgeo_callbacks.run.summary import build_summary  # the summary module imports detection
 
         scalars = {tag: points for tag, points in self.scalars.items() if tag != self.logprob_key}
         summary = build_summary(

@@ -1,4 +1,4 @@
-"""The TensorBoard custom-scalars layout (figures: :mod:`capgeo_callbacks.figures`)."""
+"""The TensorBoard custom-scalars layout (figures: :mod:`capgeo_callbacks.publish.figures`)."""
 
 from __future__ import annotations
 

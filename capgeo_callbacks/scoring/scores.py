@@ -37,9 +37,9 @@ import numpy as np
 
 from capgeo_callbacks.detection import Chance, DetectionSettings, label_run
 from capgeo_callbacks.detection.onset import learning_onset
+from capgeo_callbacks.detection.stats import wilson
 from capgeo_callbacks.rules import Forecast, Rule, RunView, make_rule
-from capgeo_callbacks.runs import find_runs
-from capgeo_callbacks.stats import wilson
+from capgeo_callbacks.run.reading import find_runs
 
 __all__ = ["FRACTIONS", "Rate", "ScoredRun", "forecast_scores", "load_runs", "warning_scores"]
 
@@ -121,8 +121,8 @@ def scored_run(summary: Mapping[str, Any], name: str) -> ScoredRun | None:
 
 
 def load_runs(folder: str | Path, seeds: Sequence[int] | None = None) -> list[ScoredRun]:
-    """Every run under ``folder`` (optionally only ``seeds``): :func:`~capgeo_callbacks.runs.find_runs`, the newest
-    version of each run folder and every packed ``*.json.gz``; none if ``folder`` does not exist."""
+    """Every run under ``folder`` (optionally only ``seeds``): :func:`~capgeo_callbacks.run.reading.find_runs`, the
+    newest version of each run folder and every packed ``*.json.gz``; none if ``folder`` does not exist."""
     if not Path(folder).is_dir():
         return []
     # in the order of their files (packed ones first), so that bootstrap draws are those of earlier reports

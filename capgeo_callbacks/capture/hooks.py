@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from capgeo_callbacks.layers import output_tensor
-from capgeo_callbacks.selectors import Selector, SelectorError, select_rows
+from capgeo_callbacks.capture.layers import output_tensor
+from capgeo_callbacks.capture.selectors import Selector, SelectorError, select_rows
 
 LabelsFn = Callable[[Any], Tensor]
 """``labels_fn(batch) -> Tensor``: one integer label per row the selector picks from ``batch``."""
@@ -30,7 +30,7 @@ class HiddenStateCapture:
     """Keeps up to ``num_rows`` selected rows (detached float32 copies) of each watched layer's output.
 
     Args:
-        selector: token selector (see :func:`~capgeo_callbacks.selectors.select_rows`).
+        selector: token selector (see :func:`~capgeo_callbacks.capture.selectors.select_rows`).
         num_rows: rows kept per layer; the first ones seen, so an unshuffled probe set gives the same
             rows at every capture.
         mask_key: batch key of the answer mask for the answer selectors.

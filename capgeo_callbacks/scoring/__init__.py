@@ -1,0 +1,30 @@
+"""What a warning or a forecast is worth, on any folder of runs: ``python -m capgeo_callbacks.scoring RUNS``
+(:mod:`capgeo_callbacks.scoring.scores`)."""
+
+from capgeo_callbacks.scoring.scores import (
+    FRACTIONS,
+    Rate,
+    ScoredRun,
+    forecast_scores,
+    forecast_table,
+    held_out_check,
+    load_runs,
+    main,
+    sha256_of,
+    warning_scores,
+    warning_table,
+)
+
+__all__ = [
+    "FRACTIONS",
+    "Rate",
+    "ScoredRun",
+    "forecast_scores",
+    "forecast_table",
+    "held_out_check",
+    "load_runs",
+    "main",
+    "sha256_of",
+    "warning_scores",
+    "warning_table",
+]
