@@ -323,7 +323,7 @@ def measures_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
         "A measure is a pure function on tensors, a `MeasureCallback` around it (for hidden states, subclass",
         "`HiddenStateMonitor` and implement `measure_rows`) and one `register_measure` call; `train.py",
         "--measures yours` then builds it, the detector records its series and, with a transition kind, detection",
-        "reads it. `tests/measures/test_registry.py` adds the mean L2 norm of the hidden states this way, in one",
+        "reads it. `tests/registry/test_registry.py` adds the mean L2 norm of the hidden states this way, in one",
         "file:",
         "",
         "```python",
@@ -344,7 +344,7 @@ def measures_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
         "                             keys=(\"norm/<layer>\",), transitions={\"norm/\": \"change\"}))",
         "```",
         "",
-        "Every registered measure passes one conformance test (`tests/measures/test_registry.py`): its callback",
+        "Every registered measure passes one conformance test (`tests/registry/test_registry.py`): its callback",
         "is built from its defaults, writes exactly the keys it declares on a real Trainer run, and its options",
         "round-trip through a LightningCLI config.",
     ]

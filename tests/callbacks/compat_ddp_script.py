@@ -1,5 +1,5 @@
-"""Run by tests/test_compatibility.py: every capgeo callback under Lightning DDP on CPU (gloo, 2 processes),
-with TensorBoard and CSV loggers; rank zero writes ``ok`` with the final step."""
+"""Run by tests/callbacks/test_compatibility.py: every capgeo callback under Lightning DDP on CPU (gloo, 2
+processes), with TensorBoard and CSV loggers; rank zero writes ``ok`` with the final step."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from torch.utils.data import DataLoader
 
-from tests.test_compatibility import DemoLM, detector_of, every_callback, tokens
+from tests.callbacks.test_compatibility import DemoLM, detector_of, every_callback, tokens
 
 if __name__ == "__main__":
     root = Path(sys.argv[1])

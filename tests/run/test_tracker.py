@@ -195,7 +195,7 @@ def test_default_rules_are_the_registered_choice() -> None:
 
     from capgeo_callbacks.rules import default_rules
 
-    registration = json.loads((Path(__file__).resolve().parents[1] / "study" / "registration.json").read_text())
+    registration = json.loads((Path(__file__).resolve().parents[2] / "study" / "registration.json").read_text())
     rules = {rule.name: rule for rule in default_rules()}
     for role in ("warning", "forecaster"):
         entry = registration[role]

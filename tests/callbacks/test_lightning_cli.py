@@ -24,7 +24,7 @@ from capgeo_callbacks import (  # noqa: E402
 )
 from capgeo_callbacks.capture.batches import answer_cross_entropy  # noqa: E402
 
-CONFIG = Path(__file__).parent / "fixtures" / "capgeo_cli.yaml"
+CONFIG = Path(__file__).parents[1] / "fixtures" / "capgeo_cli.yaml"
 DIGITS = 4  # "d1 d2 d3 d4 SEP d1 d2 d3 d4": copy the digits
 
 
@@ -158,8 +158,8 @@ def test_callables_by_import_path(tmp_path: Path) -> None:
     against the hint, so ``labels_fn`` (``Callable[[Any], Tensor]``) needs a function annotated ``-> Tensor``."""
     config = yaml.safe_load(CONFIG.read_text())
     callbacks = config["trainer"]["callbacks"]
-    callbacks[1]["init_args"].update(selector="mean", labels_fn="tests.test_lightning_cli.digit_labels")
-    callbacks[2]["init_args"]["on_alert"] = "tests.test_lightning_cli.record_alert"
+    callbacks[1]["init_args"].update(selector="mean", labels_fn="tests.callbacks.test_lightning_cli.digit_labels")
+    callbacks[2]["init_args"]["on_alert"] = "tests.callbacks.test_lightning_cli.record_alert"
     cli = cli_with(tmp_path, config, subcommand=None)
     built = {type(cb): cb for cb in cli.trainer.callbacks}
     assert built[LinearProbeMonitor].labels_fn is digit_labels
@@ -168,7 +168,7 @@ def test_callables_by_import_path(tmp_path: Path) -> None:
 
 def test_callable_selector_by_import_path(tmp_path: Path) -> None:
     config = yaml.safe_load(CONFIG.read_text())
-    config["trainer"]["callbacks"][0]["init_args"]["selector"] = "tests.test_lightning_cli.last_position"
+    config["trainer"]["callbacks"][0]["init_args"]["selector"] = "tests.callbacks.test_lightning_cli.last_position"
     cli = cli_with(tmp_path, config, subcommand=None)
     assert next(cb for cb in cli.trainer.callbacks if isinstance(cb, RankMeMonitor)).selector is last_position
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_main_command_shows_steps_out_of_the_budget_and_no_foreign_warnings(tmp_path: Path) -> None:

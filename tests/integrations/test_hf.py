@@ -196,7 +196,7 @@ def test_transformers_is_imported_by_capgeo_callbacks_hf_only(monkeypatch) -> No
     """No other module of capgeo_callbacks imports transformers at module level (offline analysis imports it
     inside the functions that load a revision), none imports tasks or models, and capgeo_callbacks.integrations.hf says
     what to install when transformers is missing."""
-    package = Path(__file__).parents[1] / "capgeo_callbacks"
+    package = Path(__file__).parents[2] / "capgeo_callbacks"
     for path in package.rglob("*.py"):
         for node in ast.parse(path.read_text()).body:
             names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else

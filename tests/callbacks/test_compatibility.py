@@ -1,7 +1,7 @@
 """The compatibility matrix: every capgeo callback attached to a model capgeo has never seen (Lightning's own
 demo Transformer), under every Lightning logger and the Trainer features users combine them with. Each row
 must train to its end without an exception; where a logger's content is checked, it is read back by its own
-reader. (What each logger receives in detail: tests/test_loggers.py.)
+reader. (What each logger receives in detail: tests/publish/test_loggers.py.)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from capgeo_callbacks import (
 )
 from capgeo_callbacks.callbacks import never_fails
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ["model.transformer.encoder.layers.*"]
 VOCAB, SEQ = 32, 8
 
