@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from capgeo_callbacks import (
 from capgeo_callbacks.capture.selectors import SELECTORS
 from capgeo_callbacks.detection import detect_hold, split_points
 from capgeo_callbacks.publish.progress import BarSafeHandler, StepProgressBar
+from capgeo_callbacks.publish.text import rules_table, verdict_table
 from capgeo_callbacks.registry import (
     default_measures,
     get_measure,
@@ -48,10 +48,10 @@ from capgeo_callbacks.registry import (
     measures_help,
     resolve_measures,
 )
-from capgeo_callbacks.rules import Rule, StudyRule
+from capgeo_callbacks.rules import Rule, StudyRule, rule_from_record
 from capgeo_callbacks.run.reading import newest_version, version_number
 from capgeo_callbacks.run.schedule import SCHEDULES, linear_interval
-from capgeo_callbacks.run.summary import SUMMARY_FILENAME, read_summary, rules_table, verdict_table, write_summary
+from capgeo_callbacks.run.summary import json_safe
 from models import SIZES, CapabilityModule
 from models.lightning_module import LR_SCHEDULES
 from tasks.budgets import Budget, budget
@@ -221,12 +221,9 @@ def registered_rules(path: str) -> tuple[list[Rule], dict[str, Any] | None]:
         return [], None
     data = Path(path).read_bytes()
     registration = json.loads(data)
-    rules = []
+    rules: list[Rule] = []
     for role in ("warning", "forecaster"):
-        entry = registration[role]
-        module, _, name = entry["class"].rpartition(".")
-        rule = getattr(importlib.import_module(module), name).from_settings(entry["settings"])
-        rule.name = entry["name"]
+        rule = rule_from_record(registration[role])
         if all(rule.name != other.name for other in rules):
             rules.append(rule)
     return rules, {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(),
@@ -264,7 +261,9 @@ def accelerator_name(device: torch.device) -> str:
 
 class RunCost(Callback):
     """What a run cost, carried in its checkpoints so a resumed run's totals are whole: CPU and wall seconds
-    since ``fit`` began, summed over every part, and how many times it was resumed.
+    since ``fit`` began, summed over every part, and how many times it was resumed; at the end of fitting it adds
+    them, with the accelerator and the machine, to the run info of the run's session, so the summary is written
+    once with them. Listed before the :class:`PrecursorDetector`, whose ``on_fit_end`` writes the summary.
 
     A part killed before it wrote a summary still counts up to its last checkpoint (the time after that
     checkpoint is recomputed by the resumed part, and counted there)."""
@@ -279,6 +278,12 @@ class RunCost(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._started = (time.process_time(), time.perf_counter())
         self.accelerator = accelerator_name(trainer.strategy.root_device)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
+        if detector is not None:
+            detector.session.add_run_info({**self.totals(), "accelerator": self.accelerator,
+                                           "machine": f"{platform.node()} ({self.accelerator})"})
 
     def totals(self) -> dict[str, Any]:
         cpu, wall = self.cpu_seconds, self.wall_seconds
@@ -453,19 +458,11 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
                                        answer_len=datamodule.answer_len, rules=rules)
     if args.stop_when_learned:
         measures.append(StopWhenLearned(args.evals_after_learned))
-    run_cost = RunCost()
-    trainer = build_trainer(args, [*measures, *callbacks, run_cost], logger)
-    summary_path = Path(logger.log_dir) / SUMMARY_FILENAME
+    trainer = build_trainer(args, [RunCost(), *measures, *callbacks], logger)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    cost = {**run_cost.totals(), "accelerator": run_cost.accelerator,
-            "machine": f"{platform.node()} ({run_cost.accelerator})"}
-
-    summary = {"run_dir": logger.log_dir, **cost, **run_info}
+    detector = next(cb for cb in measures if isinstance(cb, PrecursorDetector))
+    summary = {**json_safe(detector.summary), "run_dir": logger.log_dir}
     if trainer.is_global_zero:
-        if summary_path.exists():  # what the run cost and where it ran, beside what it measured
-            summary = {**read_summary(summary_path), **cost}
-            write_summary(summary, summary_path.parent)
-            summary["run_dir"] = logger.log_dir
         print_summary(summary, trainer)
     return summary
 

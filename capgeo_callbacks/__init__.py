@@ -1,9 +1,11 @@
 """capgeo: watch the geometry of a transformer's hidden states while it trains.
 
-Measures are pure functions on tensors; callbacks are Lightning glue around them; detection works on
-plain (step, value) series, live or offline; the run summary has one builder; each measure describes
-itself in the measure registry (:mod:`capgeo_callbacks.registry`, docs/measures.md). Definitions:
-docs/design.md.
+Measures are pure functions on tensors (:mod:`~capgeo_callbacks.measures`); the measure callbacks are Lightning
+glue around them, each described once in the measure registry (:mod:`~capgeo_callbacks.registry`); one run
+session (:mod:`~capgeo_callbacks.run`) owns a run's record, rules, alerts and summary, fed by the Lightning callback
+:class:`PrecursorDetector`, the Hugging Face callback (:mod:`capgeo_callbacks.integrations.hf`) or offline analysis
+(:mod:`capgeo_callbacks.offline`); rules and detection work on plain series (:mod:`~capgeo_callbacks.rules`,
+:mod:`~capgeo_callbacks.detection`). Definitions: docs/design.md.
 """
 
 from capgeo_callbacks.callbacks import (
@@ -18,22 +20,12 @@ from capgeo_callbacks.callbacks import (
     RankMeMonitor,
 )
 from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
-from capgeo_callbacks.capture.batches import answer_cross_entropy
-from capgeo_callbacks.capture.hooks import HiddenStateCapture
-from capgeo_callbacks.capture.layers import glob_match, resolve_layers
 from capgeo_callbacks.detection import (
     Alert,
-    Collapse,
     DetectionSettings,
-    Verdict,
     detect_acquisition,
     detect_collapse,
-    detect_logprob_emergence,
-    detect_run,
-    layer_order,
     precursor_verdict,
-    replay_alerts,
-    spearman,
 )
 from capgeo_callbacks.measures import (
     effective_rank,
@@ -46,69 +38,58 @@ from capgeo_callbacks.measures import (
     per_example_gradients,
     rankme,
 )
+from capgeo_callbacks.publish.progress import StepProgressBar
 from capgeo_callbacks.registry import (
     MeasureSpec,
-    build_measure_callbacks,
     get_measure,
-    measure_specs,
     register_measure,
     resolve_measures,
     unregister_measure,
 )
-from capgeo_callbacks.rules import Forecast, Rule, RunView
-from capgeo_callbacks.run.schedule import evaluation_steps
-from capgeo_callbacks.run.summary import SUMMARY_FILENAME, build_summary, read_summary
-from capgeo_callbacks.run.tracker import RunTracker
+from capgeo_callbacks.rules import Forecast, Needs, Rule, RuleOutput, RunView, default_rules, register_rule
+from capgeo_callbacks.run.session import Measurements, RunSession
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, read_summary
 
 __all__ = [
     "SUMMARY_FILENAME",
     "Alert",
-    "Collapse",
     "DetectionSettings",
     "EvaluationSchedule",
+    "Forecast",
     "GradientMeasureCallback",
     "GradientRankMonitor",
     "HessianMonitor",
-    "HiddenStateCapture",
     "HiddenStateMonitor",
     "LLCMonitor",
     "LinearProbeMonitor",
     "MeasureCallback",
     "MeasureSpec",
+    "Measurements",
+    "Needs",
     "PrecursorDetector",
-    "RunTracker",
-    "Rule",
-    "RunView",
-    "Forecast",
     "RankMeMonitor",
-    "Verdict",
-    "answer_cross_entropy",
-    "build_measure_callbacks",
-    "build_summary",
+    "Rule",
+    "RuleOutput",
+    "RunSession",
+    "RunView",
+    "StepProgressBar",
+    "default_rules",
     "detect_acquisition",
     "detect_collapse",
-    "detect_logprob_emergence",
-    "detect_run",
     "effective_rank",
     "estimate_llc",
-    "evaluation_steps",
     "get_measure",
-    "glob_match",
     "gradient_covariance_rank",
     "gradient_effective_rank",
     "hessian_top_eigenvalues",
     "hessian_trace",
-    "layer_order",
     "linear_probe_accuracy",
-    "measure_specs",
     "per_example_gradients",
     "precursor_verdict",
     "rankme",
     "read_summary",
     "register_measure",
-    "replay_alerts",
-    "resolve_layers",
+    "register_rule",
     "resolve_measures",
-    "spearman",
     "unregister_measure",
 ]

@@ -24,7 +24,6 @@ from torchmetrics import MeanMetric
 
 from capgeo_callbacks.capture.batches import answer_cross_entropy, answer_scores
 from models.sizes import build_model
-from tasks.budgets import Budget
 
 Batch = dict[str, Tensor]
 LR_SCHEDULES = ("cosine", "constant")
@@ -53,7 +52,6 @@ class CapabilityModule(pl.LightningModule):
         lr: peak learning rate.
         weight_decay: AdamW weight decay on matrices (not on norms).
         warmup_steps: linear warm-up length.
-        (``lr``, ``weight_decay`` and ``warmup_steps`` default to a level's budget, :class:`tasks.budgets.Budget`.)
         max_steps: total steps, for the cosine decay (to ``min_lr_ratio * lr``).
         min_lr_ratio: final learning rate as a fraction of ``lr``.
         lr_schedule: after the warm-up, ``cosine`` (decay to ``min_lr_ratio * lr`` at ``max_steps``) or
@@ -67,9 +65,9 @@ class CapabilityModule(pl.LightningModule):
         size: str = "xs",
         vocab_size: int = 0,
         max_seq_len: int = 0,
-        lr: float = Budget.lr,
-        weight_decay: float = Budget.weight_decay,
-        warmup_steps: int = Budget.warmup_steps,
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        warmup_steps: int = 100,
         max_steps: int = 1000,
         min_lr_ratio: float = 0.1,
         betas: tuple[float, float] = (0.9, 0.98),

@@ -11,11 +11,13 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import MeasureCallback, check_positive_int, never_fails
+from capgeo_callbacks.callbacks.base import MeasureCallback
 from capgeo_callbacks.callbacks.distributed import gather_rows
 from capgeo_callbacks.capture.hooks import HiddenStateCapture, LabelsFn
 from capgeo_callbacks.capture.layers import resolve_layers, short_names
+from capgeo_callbacks.capture.measuring import usable_rows
 from capgeo_callbacks.capture.selectors import Selector, selector_name, validate_selector
+from capgeo_callbacks.run.failures import check_positive_int, never_fails
 
 
 class HiddenStateMonitor(MeasureCallback):
@@ -104,25 +106,23 @@ class HiddenStateMonitor(MeasureCallback):
                 labels = gather_rows(labels[:, None].to(pl_module.device))[: self.num_rows, 0]
             tag = f"{self.prefix}/{self.layer_tags[name]}"
             count = rows.shape[0]
-            if count < self.min_rows:
-                self.warn_once(f"empty:{name}", f"{count} row{'' if count == 1 else 's'} captured for {name!r}, "
-                               f"fewer than {self.min_rows}; skipped")
+            if not usable_rows(name, count, self.min_rows, self.num_rows, self.warn_once):
                 continue
-            if count < self.num_rows:
-                self.warn_once(f"few:{name}", f"{name!r} gave {count} rows, fewer than num_rows={self.num_rows}; "
-                               f"measured on {count} rows")
             value = self.measure_rows(name, rows, labels, step)
             if value is not None:
                 values[tag] = value
                 self.rows[tag] = int(count)
         self.record(trainer, step, values)
 
+    @property
+    def config(self) -> dict[str, Any]:
+        """How this monitor measures: what offline analysis reads to measure the same layers and rows again."""
+        return {"layers": list(self.layer_patterns), "selector": self.selector_name, "num_rows": self.num_rows,
+                "prefix": self.prefix, "mask_key": self.mask_key, "every_n_evals": self.every_n_evals}
+
     @override
     def state_dict(self) -> dict[str, Any]:
-        # what offline analysis reads to measure the same layers and rows again
-        config = {"layers": list(self.layer_patterns), "selector": self.selector_name, "num_rows": self.num_rows,
-                  "prefix": self.prefix, "mask_key": self.mask_key}
-        return {**super().state_dict(), "config": config}
+        return {**super().state_dict(), "config": self.config}
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

@@ -1,26 +1,21 @@
-"""What capgeo's callbacks share: the failure rule, the measured series and their state, and the fixed
-training batch and gradient-enabled context of the gradient-based measures.
+"""What capgeo's measure callbacks share: the series each owns and its state, how the run session reads them
+(:func:`measurements_of`), and the fixed training batch of the gradient-based measures.
 
-The failure rule: configuration errors (bad arguments, a layer pattern that matches nothing) raise in
-``__init__`` or ``setup``, before the first step; anything that fails later inside a hook (a measure, a
-logger, a file) is reported once, as a warning, and skipped: training and the user's script go on.
-
-The failure rule and the argument checks live in :mod:`capgeo_callbacks.run.failures` (re-exported here).
+The failure rule (:mod:`capgeo_callbacks.run.failures`): configuration errors (bad arguments, a layer pattern
+that matches nothing) raise in ``__init__`` or ``setup``, before the first step; anything that fails later inside a
+hook (a measure, a logger, a file) is reported once, as a warning, and skipped: training goes on.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_warn
-from torch import nn
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.distributed import broadcast_object
@@ -35,16 +30,18 @@ from capgeo_callbacks.capture.batches import (
     slice_batch,
     to_device,
 )
+from capgeo_callbacks.capture.measuring import measuring
+from capgeo_callbacks.detection.series import append_point
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
-from capgeo_callbacks.measures.hessian import math_sdpa
-from capgeo_callbacks.run.failures import append_point, check_callable, check_positive_int, never_fails
+from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
+from capgeo_callbacks.run.session import Measurements
 
 
 class MeasureCallback(Callback):
     """Base of the measure callbacks: each owns ``series[tag] = [[step, value], ...]`` of what it logged.
 
-    :class:`~capgeo_callbacks.PrecursorDetector` reads the series (nothing else keeps a copy), and a
-    resumed run continues them without gaps or duplicates.
+    :class:`~capgeo_callbacks.PrecursorDetector` reads the series (nothing else keeps a copy: :func:`measurements_of`),
+    and a resumed run continues them without gaps or duplicates.
 
     Args:
         every_n_evals: measure at every n-th validation (1 = every one).
@@ -56,7 +53,7 @@ class MeasureCallback(Callback):
         self.series: dict[str, list[list[float]]] = {}
         self.rows: dict[str, int] = {}  # rows each tag was last measured on
         self.evaluations = 0
-        self._warned: set[str] = set()
+        self.warn_once = WarnOnce(type(self).__name__)
 
     @property
     def tags(self) -> list[str]:
@@ -101,11 +98,6 @@ class MeasureCallback(Callback):
         """The values measured at ``step`` (empty if this callback did not measure then)."""
         return {tag: points[-1][1] for tag, points in self.series.items() if points and points[-1][0] == step}
 
-    def warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            rank_zero_warn(f"{type(self).__name__}: {message}")
-
     @override
     def state_dict(self) -> dict[str, Any]:
         return {"series": {tag: [list(p) for p in pts] for tag, pts in self.series.items()},
@@ -116,31 +108,26 @@ class MeasureCallback(Callback):
         self.series = {tag: [list(p) for p in pts] for tag, pts in state_dict.get("series", {}).items()}
         self.evaluations = int(state_dict.get("evaluations", 0))
         rows = dict(state_dict.get("rows", {}))
-        for old_key in ("rows_used", "probe_rows"):  # checkpoints of capgeo 0.1: per layer, without prefix
-            rows.update({f"{self.prefix}/{layer}": n for layer, n in state_dict.get(old_key, {}).items()})
+        for older in ("rows_used", "probe_rows"):  # an earlier layout: per layer, without the prefix
+            rows.update({f"{self.prefix}/{layer}": n for layer, n in state_dict.get(older, {}).items()})
         self.rows = rows
 
 
-
-
-@contextlib.contextmanager
-def measuring_context(module: nn.Module) -> Iterator[None]:
-    """Where the gradient-based measures run: out of inference mode, with grad enabled, the global RNG
-    forked (nothing drawn here reaches training's stream), attention on the math path (double backward,
-    vmap batching rules), every submodule in eval mode; each submodule's mode is restored afterwards."""
-    modes = [(m, m.training) for m in module.modules()]
-    first = next(module.parameters(), None)
-    device = first.device if first is not None else torch.device("cpu")
-    cuda = []
-    if device.type == "cuda":
-        cuda = [device.index if device.index is not None else torch.cuda.current_device()]
-    try:
-        with torch.random.fork_rng(devices=cuda), torch.inference_mode(False), torch.enable_grad(), math_sdpa():
-            module.eval()
-            yield
-    finally:
-        for m, training in modes:
-            m.training = training
+def measurements_of(trainer: pl.Trainer, pl_module: pl.LightningModule) -> Measurements:
+    """What the trainer's measure callbacks hold: every series by tag (each callback's in its layer order), the
+    rows each was measured on, each hidden-state measure's token selector, and the module's parameter count."""
+    series: dict[str, list[list[float]]] = {}
+    rows: dict[str, int] = {}
+    selectors: dict[str, str] = {}
+    for callback in trainer.callbacks:
+        if isinstance(callback, MeasureCallback):
+            ordered = [tag for tag in callback.tags if tag in callback.series]
+            ordered += [tag for tag in callback.series if tag not in ordered]
+            series.update({tag: callback.series[tag] for tag in ordered})
+            rows.update(callback.rows)
+            if callback.selector_name:
+                selectors[callback.prefix] = callback.selector_name
+    return Measurements(series, rows, selectors, sum(p.numel() for p in pl_module.parameters()))
 
 
 class GradientMeasureCallback(MeasureCallback):
@@ -155,9 +142,9 @@ class GradientMeasureCallback(MeasureCallback):
     **When.** In ``on_validation_start`` of the evaluations selected by ``every_n_evals``: the weights are
     exactly those the validation pass sees and the value is logged at the evaluation's step. Lightning
     runs that hook under ``torch.no_grad`` (``torch.inference_mode`` in ``Trainer.validate``), so the
-    measure explicitly leaves it (:func:`measuring_context`) on the cached tensors, which were cloned
-    during training and are not inference tensors. At step 0 the batch is the first training batch,
-    cached when Lightning fetches it for the first step.
+    measure explicitly leaves it (:func:`~capgeo_callbacks.capture.measuring.measuring` with ``grad``) on the
+    cached tensors, which were cloned during training and are not inference tensors. At step 0 the batch is
+    the first training batch, cached when Lightning fetches it for the first step.
 
     **No observer effect.** No weight, ``.grad``, buffer or optimizer state is touched, submodule modes
     are restored and the global RNG is forked, so training ends at bit-identical weights.
@@ -248,7 +235,7 @@ class GradientMeasureCallback(MeasureCallback):
         return self.fixed_batch
 
     def measure(self, pl_module: pl.LightningModule, batch: Any, step: int) -> dict[str, float]:
-        """The values to log at ``step`` (runs inside :func:`measuring_context`)."""
+        """The values to log at ``step`` (runs inside :func:`~capgeo_callbacks.capture.measuring.measuring`)."""
         raise NotImplementedError
 
     def call_quietly(self, step: int, fn: Callable[..., Any], *args: Any, ignore: tuple[str, ...] = (),
@@ -277,7 +264,7 @@ class GradientMeasureCallback(MeasureCallback):
                            f"nothing measured at step {step}")
             return
         try:
-            with measuring_context(pl_module):
+            with measuring(pl_module, grad=True):
                 if not self._warmed_up:
                     # one plain forward first: a module that caches tensors on its first call (a mask, rotary
                     # tables) must not cache functorch wrappers from inside vmap/grad

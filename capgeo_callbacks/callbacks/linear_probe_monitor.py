@@ -15,9 +15,9 @@ from torch import Tensor
 from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
 from capgeo_callbacks.capture.batches import answer_labels
 from capgeo_callbacks.capture.hooks import LabelsFn
+from capgeo_callbacks.capture.layers import DEFAULT_LAYERS
+from capgeo_callbacks.capture.measuring import probe_of_rows
 from capgeo_callbacks.capture.selectors import Selector
-from capgeo_callbacks.measures.probes import linear_probe_accuracy
-from capgeo_callbacks.run.failures import DEFAULT_LAYERS
 
 
 class LinearProbeMonitor(HiddenStateMonitor):
@@ -87,11 +87,10 @@ class LinearProbeMonitor(HiddenStateMonitor):
         """The correct answer token at each answer position: ``batch[target_key][batch[mask_key]]``."""
         return answer_labels(batch, self.target_key, self.mask_key)
 
+    @property
+    def config(self) -> dict[str, Any]:
+        return {**super().config, "ridge": self.ridge, "target_key": self.target_key}
+
     def measure_rows(self, name: str, rows: Tensor, labels: Tensor | None, step: int) -> float | None:
         assert labels is not None
-        half = rows.shape[0] // 2
-        try:
-            return linear_probe_accuracy(rows[:half], labels[:half], rows[half:], labels[half:], ridge=self.ridge)
-        except (ValueError, RuntimeError) as err:  # non-finite hidden states, a singular system
-            self.warn_once(f"value:{name}", f"{name!r} at step {step}: {err}; skipped")
-            return None
+        return probe_of_rows(name, rows, labels, self.ridge, step, self.warn_once)

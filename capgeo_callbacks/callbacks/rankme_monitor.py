@@ -7,13 +7,14 @@ Per-layer RankMe (effective dimension) of hidden states, measured on the validat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from torch import Tensor
 
 from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
+from capgeo_callbacks.capture.layers import DEFAULT_LAYERS
+from capgeo_callbacks.capture.measuring import rankme_of_rows
 from capgeo_callbacks.capture.selectors import Selector
-from capgeo_callbacks.measures.rankme import rankme
-from capgeo_callbacks.run.failures import DEFAULT_LAYERS
 
 
 class RankMeMonitor(HiddenStateMonitor):
@@ -74,9 +75,9 @@ class RankMeMonitor(HiddenStateMonitor):
             raise ValueError(f"eps must be a positive number, got {eps!r}")
         self.eps = float(eps)
 
+    @property
+    def config(self) -> dict[str, Any]:
+        return {**super().config, "eps": self.eps}
+
     def measure_rows(self, name: str, rows: Tensor, labels: Tensor | None, step: int) -> float | None:
-        try:
-            return rankme(rows, eps=self.eps)
-        except ValueError as err:  # non-finite hidden states
-            self.warn_once(f"value:{name}", f"{name!r} at step {step}: {err}; skipped")
-            return None
+        return rankme_of_rows(name, rows, self.eps, step, self.warn_once)

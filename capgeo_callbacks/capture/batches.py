@@ -1,9 +1,10 @@
-"""Batches: their structure, and the answer-mask conventions of capgeo's tasks.
+"""Batches as capgeo's callbacks read them: how a model is called on one, and the answer-mask conventions of
+capgeo's tasks.
 
 A batch is a tensor, a mapping (capgeo's ``{"input_ids", "targets", "answer_mask"}``) or a tuple/list
-(``(x, y)``) whose tensor leaves all have the batch as their leading dimension. The answer-mask
-convention: ``targets`` (B, T) are the next tokens and ``answer_mask`` (B, T) marks the positions whose
-target is an answer token; loss and accuracy count only those.
+(``(x, y)``) whose tensor leaves all have the batch as their leading dimension (the structure the measures take,
+:mod:`capgeo_callbacks.measures.batch`). The answer-mask convention: ``targets`` (B, T) are the next tokens and
+``answer_mask`` (B, T) marks the positions whose target is an answer token; loss and accuracy count only those.
 
 A public module of the library (its names are in ``__all__``): the answer loss and scores here are the ones
 capgeo's own ``models`` train and validate with, and the ones offline analysis scores revisions with, so
@@ -12,12 +13,14 @@ capgeo's own ``models`` train and validate with, and the ones offline analysis s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from capgeo_callbacks.measures.batch import batch_size_of, split_batch, to_device
 
 __all__ = [
     "ANSWER_KEYS",
@@ -143,61 +146,3 @@ def default_forward(model: nn.Module, batch: Any) -> Any:
     )
 
 
-
-def split_batch(batch: Any) -> tuple[list[Tensor], Callable[[list[Tensor]], Any]]:
-    """Tensor leaves of a (nested) tensor/mapping/tuple/list batch and a function that rebuilds it.
-
-    0-d tensors and non-tensors are kept as constants (not mapped over).
-    """
-    leaves: list[Tensor] = []
-
-    def build(obj: Any) -> Callable[[list[Tensor]], Any]:
-        if isinstance(obj, Tensor) and obj.dim() > 0:
-            index = len(leaves)
-            leaves.append(obj)
-            return lambda values: values[index]
-        if isinstance(obj, Mapping):
-            builders = {key: build(value) for key, value in obj.items()}
-            return lambda values: {key: b(values) for key, b in builders.items()}
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-            builders_nt = [build(value) for value in obj]
-            return lambda values: type(obj)(*(b(values) for b in builders_nt))
-        if isinstance(obj, (tuple, list)):
-            builders_seq = [build(value) for value in obj]
-            return lambda values: type(obj)(b(values) for b in builders_seq)
-        return lambda values: obj
-
-    rebuild = build(batch)
-    return leaves, rebuild
-
-
-def batch_size_of(batch: Any) -> int:
-    """The common leading dimension of a batch's tensor leaves.
-
-    Raises:
-        ValueError: no tensor leaf, or leaves with different leading sizes.
-    """
-    leaves, _ = split_batch(batch)
-    if not leaves:
-        raise ValueError(f"batch of type {type(batch).__name__} has no tensor with a leading batch dimension")
-    sizes = {leaf.shape[0] for leaf in leaves}
-    if len(sizes) != 1:
-        raise ValueError(
-            "batch tensors disagree on the leading (batch) dimension: shapes "
-            f"{[tuple(x.shape) for x in leaves]}"
-        )
-    return sizes.pop()
-
-
-
-def to_device(batch: Any, device: torch.device | str) -> Any:
-    """``batch`` with every tensor moved to ``device`` (same structure)."""
-    if isinstance(batch, Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return {key: to_device(value, device) for key, value in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(to_device(value, device) for value in batch))
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(to_device(value, device) for value in batch)
-    return batch

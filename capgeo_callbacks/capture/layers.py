@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 
 from torch import Tensor, nn
 
+DEFAULT_LAYERS = ("**.blocks.*", "**.norm_f")  # capgeo's transformer: the residual stream of each block, final norm
+
 
 def _match(pattern: list[str], name: list[str]) -> bool:
     if not pattern:

@@ -2,12 +2,12 @@
 =========================
 
 Acquisition, log-prob emergence, RankMe collapse and recovery, alerts, verdicts, layer order and each
-measure's transition, all on plain ``(step, value)`` sequences, so that the same code runs live (the
-:class:`~capgeo_callbacks.PrecursorDetector` callback) and offline (analysis of checkpoints, re-scoring a
-folder of runs). No torch and no Lightning here. Definitions: docs/design.md, "Detection".
+measure's transition, all on plain ``(step, value)`` sequences, so that the same code runs live (the run
+session) and offline (analysis of checkpoints, re-scoring a folder of runs). No torch and no Lightning here.
+Definitions: docs/design.md, "Detection".
 """
 
-from capgeo_callbacks.detection.alerts import Alert, replay_alerts, scan_alerts
+from capgeo_callbacks.detection.alerts import Alert, CollapseAlert, alert_from_record, scan_alerts
 from capgeo_callbacks.detection.events import (
     Collapse,
     Emergence,
@@ -23,7 +23,7 @@ from capgeo_callbacks.detection.events import (
 from capgeo_callbacks.detection.labels import HOLD_LEVELS, Chance, RunLabels, at_chance, detect_hold, label_run
 from capgeo_callbacks.detection.order import layer_order, spearman
 from capgeo_callbacks.detection.run import detect_run
-from capgeo_callbacks.detection.series import Points, align, split_points
+from capgeo_callbacks.detection.series import Points, align, append_point, split_points
 from capgeo_callbacks.detection.settings import (
     DEFAULT_SETTINGS,
     MEASURE_TRANSITIONS,
@@ -44,6 +44,8 @@ __all__ = [
     "MEASURE_TRANSITIONS",
     "TRANSITION_KINDS",
     "Alert",
+    "CollapseAlert",
+    "alert_from_record",
     "Collapse",
     "DetectionSettings",
     "Emergence",
@@ -52,6 +54,7 @@ __all__ = [
     "Transition",
     "Verdict",
     "align",
+    "append_point",
     "detect_acquisition",
     "detect_collapse",
     "detect_logprob_emergence",
@@ -60,7 +63,6 @@ __all__ = [
     "layer_verdict",
     "measure_transition",
     "precursor_verdict",
-    "replay_alerts",
     "run_verdict",
     "scan_alerts",
     "spearman",

@@ -1,50 +1,86 @@
-"""Precursor alerts: raised at the evaluation where a layer's collapse and recovery are first confirmed
-while the run has not acquired. The same functions raise them live and replay them offline."""
+"""Alerts: what a rule raises at an evaluation (:class:`Alert`), and the geometry rules' own
+(:class:`CollapseAlert`: a layer's collapse and recovery first confirmed while the run has not acquired,
+found by :func:`scan_alerts` on the series so far)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
 
 from capgeo_callbacks.detection.events import detect_acquisition, detect_collapse
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Alert:
-    """An alert raised by a rule at an evaluation. For the geometry rules (``study``): a layer's RankMe
-    collapsed and recovered while the run had not acquired; other rules leave the geometry fields None and
-    say why in ``evidence``.
+    """An alert raised by a rule at an evaluation.
 
     Attributes:
-        kind: "layer" (once per layer) or "run" (once per run, with the first layer that raised).
-        layer: the layer whose collapse raised it ("" for rules that read no layer).
+        kind: ``"run"`` (the rule's warning for the run) or ``"layer"`` (a rule that warns per layer too).
+        layer: the layer it concerns (empty when the rule reads no layer).
         step: the step of the evaluation at which it was raised.
+        rule: the name of the rule that raised it.
+        evidence: what the rule saw, in words.
+    """
+
+    kind: Literal["layer", "run"] = "run"
+    layer: str = ""
+    step: int
+    rule: str
+    evidence: str = ""
+
+    def message(self, monitor: str = "val/acc") -> str:
+        """The alert in one line (the logging warning, every logger's text, the summary's ``message``)."""
+        return f"capgeo {self.rule} alert at step {self.step}: {self.evidence}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollapseAlert(Alert):
+    """An alert of the geometry rules: a layer's RankMe collapsed and recovered while the run had not acquired.
+
+    Attributes:
         collapse_step: the layer's collapse (trough) step.
         floor: the layer's collapse floor so far.
         recovery_step: the step at which recovery was confirmed.
         peak: the smoothed RankMe the drop started from.
         trough: the smoothed RankMe at the trough.
         drop_noise_units: (peak - trough) in units of the layer's own evaluation-to-evaluation noise (None if
-            the noise could not be estimated): the evidence of how far the collapse stands out.
+            the noise could not be estimated): how far the collapse stands out.
         layers: for the run alert, every layer that had alerted when it was raised.
-        rule: the name of the rule that raised it.
-        evidence: what the rule saw, in words (rules other than the geometry ones).
     """
 
-    kind: Literal["layer", "run"]
-    layer: str
-    step: int
-    collapse_step: int | None
-    floor: float | None
-    recovery_step: int | None
+    rule: str = "study"
+    collapse_step: int
+    floor: float
+    recovery_step: int
     peak: float | None = None
     trough: float | None = None
     drop_noise_units: float | None = None
     layers: tuple[str, ...] = ()
-    rule: str = "study"
-    evidence: str = ""
+
+    def message(self, monitor: str = "val/acc") -> str:
+        where = f"the run (first layer: {self.layer})" if self.kind == "run" else f"layer {self.layer}"
+        evidence = ""
+        if self.drop_noise_units is not None and self.peak is not None and math.isfinite(self.peak):
+            evidence = (f"; drop {self.peak:.2f} -> {self.trough:.2f}, {self.drop_noise_units:.1f} noise units, "
+                        f"{self.step - self.collapse_step} steps since the trough")
+        if self.kind == "run" and len(self.layers) > 1:
+            evidence += f"; layers {', '.join(self.layers)}"
+        return (f"capgeo precursor alert at step {self.step}: RankMe of {where} collapsed at step "
+                f"{self.collapse_step} (floor {self.floor:.2f}) and recovered by step {self.recovery_step}, "
+                f"while {monitor} is still below the acquisition threshold{evidence}")
+
+
+def alert_from_record(record: Mapping[str, Any]) -> Alert:
+    """The alert a record (``dataclasses.asdict`` of one, as a checkpoint or a summary holds it) describes: a
+    :class:`CollapseAlert` where it has the collapse fields, else an :class:`Alert`."""
+    geometry = record.get("collapse_step") is not None
+    cls = CollapseAlert if geometry else Alert
+    known = {item.name for item in fields(cls)}
+    values = {key: tuple(value) if key == "layers" else value for key, value in record.items() if key in known}
+    return cls(**{"rule": "study", **values} if geometry else values)
 
 
 def scan_alerts(
@@ -52,8 +88,9 @@ def scan_alerts(
     acc: Sequence[float],
     rankme: Mapping[str, Sequence[float]],
     settings: DetectionSettings = DEFAULT_SETTINGS,
-    raised: Sequence[Alert] = (),
-) -> list[Alert]:
+    raised: Sequence[CollapseAlert] = (),
+    rule: str = "study",
+) -> list[CollapseAlert]:
     """The alerts raised at the last of ``steps``, given the alerts ``raised`` before.
 
     A layer alert is raised the first time that layer's collapse and recovery are both confirmed on its
@@ -67,6 +104,7 @@ def scan_alerts(
         rankme: per layer, RankMe at each step (NaN where not measured), in depth order.
         settings: detection settings.
         raised: alerts raised at earlier evaluations.
+        rule: the name the alerts carry.
     """
     if not steps or detect_acquisition(steps, acc, settings.threshold, settings.patience) is not None:
         return []
@@ -74,34 +112,19 @@ def scan_alerts(
     done = {alert.layer for alert in layer_alerts}
     names = list(rankme)
     eligible = names[-1:] if settings.alert_layers == "deepest" else names
-    new: list[Alert] = []
+    new: list[CollapseAlert] = []
     for name in eligible:
         if name in done:
             continue
         collapse = detect_collapse(steps, rankme[name], settings)
         if collapse is not None and collapse.recovery_step is not None:
-            new.append(Alert("layer", name, int(steps[-1]), collapse.step, collapse.floor, collapse.recovery_step,
-                             collapse.peak, collapse.trough, collapse.drop_in_noise_units))
+            new.append(CollapseAlert(kind="layer", layer=name, step=int(steps[-1]), rule=rule,
+                                     collapse_step=collapse.step, floor=collapse.floor,
+                                     recovery_step=collapse.recovery_step, peak=collapse.peak, trough=collapse.trough,
+                                     drop_noise_units=collapse.drop_in_noise_units))
     alerted = layer_alerts + new
     needed = min(settings.layers_required, len(eligible))
     if new and len(alerted) >= needed and not any(alert.kind == "run" for alert in raised):
         first = alerted[0]
         new.append(replace(first, kind="run", step=int(steps[-1]), layers=tuple(a.layer for a in alerted)))
     return new
-
-
-def replay_alerts(
-    steps: Sequence[int],
-    acc: Sequence[float],
-    rankme: Mapping[str, Sequence[float]],
-    settings: DetectionSettings = DEFAULT_SETTINGS,
-) -> list[Alert]:
-    """Every alert a live run with these series would have raised, in order (offline analysis, re-scoring)."""
-    alerts: list[Alert] = []
-    for end in range(1, len(steps) + 1):
-        prefix = list(steps[:end])
-        if detect_acquisition(prefix, acc[:end], settings.threshold, settings.patience) is not None:
-            break  # acquisition, once confirmed on a prefix, stays confirmed
-        alerts += scan_alerts(prefix, acc[:end], {name: values[:end] for name, values in rankme.items()},
-                              settings, alerts)
-    return alerts

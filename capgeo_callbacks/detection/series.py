@@ -55,6 +55,13 @@ def align(points: Points, steps: Sequence[int]) -> list[float]:
     return [at.get(int(step), math.nan) for step in steps]
 
 
+def append_point(points: list[list[float]], step: int, value: float) -> None:
+    """Append (step, value), first dropping points at or after ``step`` (a resumed run evaluating again)."""
+    if points and points[-1][0] >= step:
+        points[:] = [p for p in points if p[0] < step]
+    points.append([step, value])
+
+
 def split_points(points: Points) -> tuple[list[int], list[float]]:
     """``[[step, value], ...]`` -> (steps, values)."""
     return [int(p[0]) for p in points], [float(p[1]) for p in points]

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from capgeo_callbacks.keys import PROBE_ACC, RANKME
+
 __all__ = [
     "ALERT_LAYERS",
     "DEFAULT_SETTINGS",
@@ -31,13 +33,13 @@ ALERT_LAYERS = ("any", "deepest")
 # How each measure's own transition is found, for the per-measure precursor rate. A key ending in "/" is a
 # tag prefix; the longest matching prefix wins.
 MEASURE_TRANSITIONS: dict[str, str] = {
-    "rankme/": "collapse",
+    RANKME: "collapse",
     "grad_erank": "collapse",
     "grad_cov_rank": "collapse",
     "hessian/eig_0": "change",
     "hessian/trace": "change",
     "llc": "change",
-    "probe_acc/": "crossing",
+    PROBE_ACC: "crossing",
 }
 
 

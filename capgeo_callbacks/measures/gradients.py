@@ -4,10 +4,9 @@
 ``gradient_effective_rank`` and ``gradient_covariance_rank`` summarise its spectrum through the
 B x B Gram matrix, so that P (millions of weights) never enters a P x P matrix.
 
-Batch convention, shared with :mod:`capgeo_callbacks.measures.llc`: a batch is a tensor, a mapping
-(e.g. ``{"input_ids", "targets", "answer_mask"}``) or a tuple/list (e.g. ``(x, y)``) whose tensor
-leaves all have the batch as their leading dimension. ``forward(model, batch)`` computes the model
-output (default :func:`default_forward`) and ``loss_fn(output, batch)`` the scalar mean loss of the
+A batch, as for :mod:`capgeo_callbacks.measures.llc`, is a tensor, a mapping or a tuple/list whose tensor leaves
+all have the batch as their leading dimension (:mod:`capgeo_callbacks.measures.batch`). ``forward(model, batch)``
+computes the model output (default ``model(batch)``) and ``loss_fn(output, batch)`` the scalar mean loss of the
 batch. Per-example gradients are the gradients of that loss on one-example batches (every tensor
 leaf sliced to leading size 1), which is exactly what a loop of single-example backward passes gives.
 """
@@ -23,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from capgeo_callbacks.capture.batches import batch_size_of, default_forward, split_batch
+from capgeo_callbacks.measures.batch import batch_size_of, split_batch
 from capgeo_callbacks.measures.rankme import effective_rank_from_singular_values
 
 __all__ = [
@@ -40,6 +39,11 @@ ForwardFn = Callable[[nn.Module, Any], Any]
 
 # Columns of G converted to float64 at a time when forming the Gram matrix (bounds the extra memory).
 _GRAM_BLOCK_ELEMENTS = 1 << 23
+
+
+def call_model(model: nn.Module, batch: Any) -> Any:
+    """``model(batch)``: the default ``forward`` of the measures (pass your own for any other call)."""
+    return model(batch)
 
 
 class _LossModule(nn.Module):
@@ -88,7 +92,7 @@ def per_example_gradients(
         loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss of ``batch``.
         batch: a tensor, mapping or tuple/list of tensors with the batch as leading dimension
             (non-tensor and 0-d leaves are passed through unchanged).
-        forward: ``forward(model, batch) -> output``; default :func:`default_forward`.
+        forward: ``forward(model, batch) -> output``; default ``model(batch)``.
         chunk_size: examples per vmap call, to bound memory; ``None`` for the whole batch.
 
     Returns:
@@ -100,7 +104,7 @@ def per_example_gradients(
     """
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size}")
-    forward = default_forward if forward is None else forward
+    forward = call_model if forward is None else forward
     named = list(model.named_parameters())
     trainable = {name: p.detach() for name, p in named if p.requires_grad}
     if not trainable:

@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from capgeo_callbacks.capture.batches import batch_size_of, default_forward
-from capgeo_callbacks.measures.gradients import ForwardFn, LossFn, _LossModule
+from capgeo_callbacks.measures.batch import batch_size_of
+from capgeo_callbacks.measures.gradients import ForwardFn, LossFn, _LossModule, call_model
 from capgeo_callbacks.measures.sgld import (
     _FlatParameters,
     _initial_loss,
@@ -135,8 +135,7 @@ def estimate_llc(
             batches, as devinterp.
         seed: seed of the chains' noise generators.
         device: where to sample; default the device of the model's first parameter.
-        forward: ``forward(model, batch) -> output``; default
-            :func:`~capgeo_callbacks.measures.gradients.default_forward`.
+        forward: ``forward(model, batch) -> output``; default ``model(batch)``.
         train_mode: run the copy in train mode (devinterp) or eval mode (no dropout).
         vectorize: batch the chains with ``torch.func.vmap`` (True), run them one after another
             (False), or choose by the parameter count (None, the default; see above).
@@ -166,7 +165,7 @@ def estimate_llc(
         raise ValueError(f"lr (eps) must be positive, got {lr}")
     if localization < 0:
         raise ValueError(f"localization (gamma) must be non-negative, got {localization}")
-    forward = default_forward if forward is None else forward
+    forward = call_model if forward is None else forward
     if device is None:
         first = next(model.parameters(), None)
         device = first.device if first is not None else torch.device("cpu")

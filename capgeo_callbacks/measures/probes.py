@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["linear_probe_accuracy"]
+__all__ = ["held_out_probe_accuracy", "linear_probe_accuracy"]
 
 
 def _check_set(x: Tensor, y: Tensor, name: str) -> None:
@@ -103,3 +103,10 @@ def linear_probe_accuracy(
     scores = test @ weight + bias
     predicted = classes[scores.argmax(dim=1)]
     return float((predicted == test_y.to(device)).double().mean())
+
+
+def held_out_probe_accuracy(rows: Tensor, labels: Tensor, *, ridge: float = 1e-3) -> float:
+    """:func:`linear_probe_accuracy` fit on the first half of ``rows`` (N x D) and scored on the second half: the
+    probe the monitors report, on rows in a fixed order."""
+    half = rows.shape[0] // 2
+    return linear_probe_accuracy(rows[:half], labels[:half], rows[half:], labels[half:], ridge=ridge)

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from capgeo_callbacks.capture.batches import to_device
+from capgeo_callbacks.measures.batch import to_device
 
 # Nothing here touches the global RNG: noise comes from one torch.Generator per chain.
 

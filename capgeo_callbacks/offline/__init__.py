@@ -1,24 +1,23 @@
 r"""Offline analysis
 ================
 
-Per-layer RankMe and precursor detection over the saved revisions of a model, with the same measures,
-detection and summary builder as the live callbacks::
+Per-layer RankMe, probes and the run's rules over the saved revisions of a model, through the same run
+session as the live callbacks::
 
     python -m capgeo_callbacks.offline runs/mod-hard-xs-s0/version_0
     python -m capgeo_callbacks.offline pythia-70m/ --probe-file rows.pt --selector last
 
 One module a job: :mod:`~capgeo_callbacks.offline.revisions` (finding, ordering and hashing revisions),
-:mod:`~capgeo_callbacks.offline.recorded` (what a run recorded: class, monitor, datamodule, run info,
-detection settings), :mod:`~capgeo_callbacks.offline.probe_sets` (the fixed probe rows),
-:mod:`~capgeo_callbacks.offline.measure_lightning` and :mod:`~capgeo_callbacks.offline.measure_hf`
-(measuring one revision), :mod:`~capgeo_callbacks.offline.analysis` (the orchestration and the summary),
-:mod:`~capgeo_callbacks.offline.report_text` and :mod:`~capgeo_callbacks.offline.cli`.
+:mod:`~capgeo_callbacks.offline.recorded` (what a run recorded: class, monitors, the run session, datamodule),
+:mod:`~capgeo_callbacks.offline.probe_sets` (the fixed probe rows), :mod:`~capgeo_callbacks.offline.measure_lightning`
+(measuring one checkpoint; Hugging Face revisions: :mod:`capgeo_callbacks.integrations.hf_models`),
+:mod:`~capgeo_callbacks.offline.analysis` (feeding the run session), :mod:`~capgeo_callbacks.offline.report_text`
+and :mod:`~capgeo_callbacks.offline.cli`.
 """
 
 from capgeo_callbacks.offline.analysis import analyze
 from capgeo_callbacks.offline.cli import main
 from capgeo_callbacks.offline.dotted import resolve_dotted
-from capgeo_callbacks.offline.measure_hf import hf_layer_labels
 from capgeo_callbacks.offline.report_text import format_report
 from capgeo_callbacks.offline.revisions import Revision, find_revisions, weights_sha256
 
@@ -27,7 +26,6 @@ __all__ = [
     "analyze",
     "find_revisions",
     "format_report",
-    "hf_layer_labels",
     "main",
     "resolve_dotted",
     "weights_sha256",

@@ -1,26 +1,29 @@
-"""Offline analysis: per-layer RankMe and precursor detection over the saved revisions of one model.
+"""Offline analysis: the saved revisions of one model measured again and fed through a run session.
 
-Each revision is measured on a fixed probe set (Lightning checkpoints with the live monitors inside
-``Trainer.validate``, Hugging Face folders with ``output_hidden_states``), revisions with identical weights
-are flagged, and the series go through the same detection and the same summary builder as a live run
-(:func:`~capgeo_callbacks.run.summary.build_summary`, with the alerts a live run would have raised replayed by
-:func:`~capgeo_callbacks.detection.replay_alerts`). The summary has the keys of ``capgeo_summary.json``
-(docs/design.md, "Summary") plus ``revisions``, ``skipped_revisions``, ``duplicate_weights``, ``warnings``
-and ``analysis`` (how it was measured).
+Each revision is measured on a fixed probe set (Lightning checkpoints by their own ``validation_step`` inside
+``Trainer.validate`` with the watched layers' rows captured, Hugging Face folders with ``output_hidden_states``);
+revisions with identical weights are flagged. The series go through the run session the live run kept in its
+last checkpoint (its rules, settings and run info: :class:`~capgeo_callbacks.run.session.RunSession`), one
+evaluation at a time, so that analysing a run's checkpoints gives the live run's alerts, forecasts, verdict and
+summary. The summary has the keys of ``capgeo_summary.json`` (docs/design.md, "Summary") plus ``revisions``,
+``skipped_revisions``, ``duplicate_weights``, ``warnings`` and ``analysis`` (how it was measured).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from capgeo_callbacks.capture.layers import DEFAULT_LAYERS
+from capgeo_callbacks.capture.measuring import Measured
 from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, SELECTORS, Selector, selector_name, validate_selector
 from capgeo_callbacks.detection import DetectionSettings
-from capgeo_callbacks.offline.measure_hf import HF_NOTE, load_hf, measure_hf
-from capgeo_callbacks.offline.measure_lightning import load_module, measure_lightning, resolve_module_class
-from capgeo_callbacks.offline.measured import Measured, WarningLog, log
+from capgeo_callbacks.integrations.hf_models import HF_NOTE, load_hf, measure_hf
+from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, VAL_ACC
+from capgeo_callbacks.offline.measure_lightning import RowSpec, load_module, measure_lightning, resolve_module_class
 from capgeo_callbacks.offline.probe_sets import ProbeSet, build_probe_set
 from capgeo_callbacks.offline.recorded import RecordedSetup, read_record
 from capgeo_callbacks.offline.revisions import (
@@ -30,18 +33,19 @@ from capgeo_callbacks.offline.revisions import (
     load_checkpoint,
     weights_sha256,
 )
-from capgeo_callbacks.run.failures import DEFAULT_LAYERS
-from capgeo_callbacks.run.summary import alert_message, json_safe
-from capgeo_callbacks.run.tracker import RunTracker
+from capgeo_callbacks.rules.geometry import StudyRule
+from capgeo_callbacks.run.failures import WarnOnce
+from capgeo_callbacks.run.session import Measurements, RunSession
+from capgeo_callbacks.run.summary import OFFLINE_SUMMARY_FILENAME, json_safe
 
 __all__ = ["DEFAULT_NUM_ROWS", "analyze"]
 
+log = logging.getLogger("capgeo.analyze")
 DEFAULT_NUM_ROWS = 2048
-RANKME_PREFIX = "rankme/"
-PROBE_PREFIX = "probe_acc/"
+STUDY_RULE = f"{StudyRule.__module__}.{StudyRule.__qualname__}"
 
-MeasureFn = Callable[[Revision, Any], tuple[Measured, list[str]]]
-"""``measure(revision, hf_model_or_None) -> (measurements, layer labels)``."""
+MeasureFn = Callable[[Revision, Any, int], tuple[Measured, list[str]]]
+"""``measure(revision, hf_model_or_None, evaluation) -> (measurements, layer labels)``."""
 
 
 def analyze(
@@ -59,54 +63,55 @@ def analyze(
     selector: Selector | None = None,
     num_rows: int | None = None,
     layers: Sequence[str] | None = None,
-    probes: bool = False,
+    probes: bool | None = None,
     batch_size: int = 256,
     device: str = "cpu",
     dtype: str = "float32",
-    monitor: str = "val/acc",
-    logprob_monitor: str | None = "val/logprob",
+    monitor: str | None = None,
     mask_key: str | None = None,
     drop_duplicates: bool = False,
     allow_pickle: bool = False,
     settings: DetectionSettings | None = None,
+    output: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Per-layer RankMe and detection over saved revisions, as a run summary.
+    """Per-layer RankMe, probes and the run's rules over saved revisions, as a run summary.
 
     Args:
         paths: ``.ckpt`` files, folders of them (or run folders with ``checkpoints/``), Hugging Face model
             folders, or folders of revision subfolders (``step1000/``...).
         probe_file: a ``torch.save``'d dict with ``input_ids`` (N x T) and optionally ``answer_mask``,
             ``targets``, ``attention_mask``; replaces the datamodule probe set.
-        task: task name for the datamodule factory (default: what the run folder or checkpoint records).
+        task: task name for the datamodule factory (default: what the run records).
         difficulty: difficulty for the datamodule factory (likewise).
         seed: datamodule seed (likewise; else the factory's default).
         datamodule_factory: dotted path of a callable ``(task=..., difficulty=..., **kwargs)`` returning a
-            datamodule (or anything with ``val_dataloader()``); resolved at run time (default: the one the run's
-            summary records as ``datamodule_factory``; ``train.py`` records its own).
+            datamodule (or anything with ``val_dataloader()``); resolved at run time (default: the one the run
+            records as ``datamodule_factory``; ``train.py`` records its own).
         datamodule_kwargs: more factory arguments (e.g. ``{"val_size": 256}``); they override recorded ones.
         split: ``"val"`` or ``"test"``: which loader of the datamodule is the probe set.
         module_class: dotted path of the LightningModule class of ``.ckpt`` files (default: recorded in
             the checkpoint as ``checkpoint["capgeo"]["module_class"]`` or the hparams' ``_class_path``).
         module_kwargs: overrides passed to ``load_from_checkpoint``.
-        selector: token rows (one of :data:`~capgeo_callbacks.capture.selectors.SELECTORS` or a callable; default:
-            the live RankMe monitor's, else ``answer`` when the probe set has the answer mask, else ``last``).
-        num_rows: RankMe rows per layer, the first selected rows of the probe set (default: the live
-            monitor's, else 2048).
+        selector: RankMe's token rows (one of :data:`~capgeo_callbacks.capture.selectors.SELECTORS` or a
+            callable; default: the live RankMe monitor's, else ``answer`` with an answer mask, else ``last``).
+        num_rows: RankMe rows per layer (default: the live monitor's, else 2048).
         layers: module names or globs to watch (``.ckpt``: over ``named_modules()``, default the live
             monitor's patterns, else ``**.blocks.*``, ``**.norm_f``; Hugging Face: globs over the labels
             ``embed``, ``layers.*``, default all).
-        probes: also measure held-out linear probe accuracy per layer (needs the ``answer`` selector).
+        probes: also held-out linear probe accuracy per layer (default: where the live run had a probe monitor,
+            at the evaluations it measured at).
         batch_size: batch size over a probe file.
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: Hugging Face weights dtype (``float32``, ``bfloat16``, ``float16`` or ``auto``).
-        monitor: accuracy key the LightningModule logs (``.ckpt``); Hugging Face models are scored by exact
-            match of the answer when the probe set has ``targets`` and the answer mask.
-        logprob_monitor: log-prob key the LightningModule logs, for log-prob emergence.
+        monitor: accuracy key the LightningModule logs (default: the live run's, else ``val/acc``); Hugging Face
+            models are scored by exact match of the answer when the probe set has ``targets`` and the answer mask.
         mask_key: batch key of the answer mask (default: the live monitor's, else ``answer_mask``).
         drop_duplicates: leave out revisions whose weights equal an earlier revision's (default: keep them,
             with a warning, reusing the earlier values).
         allow_pickle: unpickle checkpoints fully (``weights_only=False``); only for files you trust.
-        settings: detection settings (default: those the live run's summary records, else the defaults).
+        settings: detection settings (default: those the live run records, else the defaults); the study's rule
+            uses them too.
+        output: where the summary is written (None: not written).
 
     Returns:
         The summary (JSON-safe): the keys of ``capgeo_summary.json`` plus ``revisions``,
@@ -126,61 +131,109 @@ def analyze(
     if settings is not None and not isinstance(settings, DetectionSettings):
         raise ValueError(f"settings must be a DetectionSettings (e.g. DetectionSettings(min_drop=0.3)), got "
                          f"{type(settings).__name__}")
-    warn = WarningLog()
+    warn = WarnOnce(emit=log.warning)
     revisions = find_revisions(paths, allow_pickle=allow_pickle)
     kind = revisions[0].kind
     log.info("analysing %d %s revision(s): %s", len(revisions), kind, ", ".join(r.name for r in revisions))
     record = read_record(revisions, allow_pickle, warn)
-    recorded_monitor = record.monitor
-    mask = mask_key or (recorded_monitor and recorded_monitor.mask_key) or "answer_mask"
+    rankme_config = record.monitor
+    mask = mask_key or (rankme_config and rankme_config.mask_key) or "answer_mask"
     probe = build_probe_set(probe_file_path=probe_file, recorded=record.datamodule, sources=record.sources,
                             task=task, difficulty=difficulty, seed=seed,
                             factory=datamodule_factory or record.datamodule_factory, factory_kwargs=datamodule_kwargs,
                             split=split, batch_size=batch_size, kind=kind, warn=warn)
     chosen = _choose_selector(selector, record, probe, mask, warn)
-    rows_per_layer = num_rows or (recorded_monitor and recorded_monitor.num_rows) or DEFAULT_NUM_ROWS
+    rows_per_layer = num_rows or (rankme_config and rankme_config.num_rows) or DEFAULT_NUM_ROWS
     watch: list[str] | None = list(layers) if layers else None
-    cls = None
+    session = _session(record, kind, monitor, settings, probe, warn)
+    # the live run's evaluation steps, where its checkpoint kept its record
+    live_steps = [int(p[0]) for p in ((record.session or {}).get("record") or {}).get("acc", [])]
+    probe_spec, every = _probe_spec(record, probes, kind, chosen, probe, mask, rows_per_layer, warn)
+
     if kind == "lightning":
         cls = resolve_module_class(module_class, record.module_class, revisions[0].path)
-        watch = watch or (list(recorded_monitor.layers) if recorded_monitor else list(DEFAULT_LAYERS))
-    chosen_settings = settings or record.settings or DetectionSettings()
+        watch = watch or (list(rankme_config.layers) if rankme_config else list(DEFAULT_LAYERS))
+        eps = (rankme_config.setting if rankme_config else None) or 1e-7
 
-    def measure(revision: Revision, model: Any) -> tuple[Measured, list[str]]:
+    def measure(revision: Revision, model: Any, evaluation: int) -> tuple[Measured, list[str]]:
+        probe_now = probe_spec if probe_spec is not None and evaluation % every == 0 else None
         if kind == "lightning":
             module = load_module(cls, revision.path, module_kwargs, allow_pickle)
-            return measure_lightning(module, probe, layers=watch, selector=chosen, num_rows=rows_per_layer,
-                                     probes=probes, device=device, monitor=monitor, logprob_monitor=logprob_monitor,
-                                     mask_key=mask, warn=warn)
-        return measure_hf(model, probe, layers=watch, selector=chosen, num_rows=rows_per_layer, probes=probes,
-                          device=device, mask_key=mask, warn=warn)
+            return measure_lightning(module, probe, layers=watch, rankme=RowSpec(chosen, rows_per_layer, eps),
+                                     probes=probe_now, device=device, mask_key=mask,
+                                     target_key=(record.probes and record.probes.target_key) or "targets", warn=warn)
+        return measure_hf(model, probe.loader, probe.keys, layers=watch, selector=chosen, num_rows=rows_per_layer,
+                          probes=probe_now is not None, device=device, mask_key=mask, warn=warn)
 
-    results, skipped, labels = _measure_revisions(revisions, measure, device=device, dtype=dtype,
+    results, skipped, labels = _measure_revisions(revisions, measure, live_steps, device=device, dtype=dtype,
                                                   drop_duplicates=drop_duplicates, allow_pickle=allow_pickle)
     duplicates = duplicate_groups(results)
     for group in duplicates:
         digest = group["weights_sha256"]
         warn(f"dup:{digest}", f"revisions {', '.join(group['revisions'])} hold identical weights (sha256 "
              f"{digest[:12]}...): their RankMe is the same by construction, so a flat stretch there is not geometry")
-    summary = _offline_summary(results, labels or (list(results[0]["rankme"]) if results else []), kind=kind,
-                               record=record, probe=probe, settings=chosen_settings, selector=chosen,
-                               monitor=monitor, logprob_monitor=logprob_monitor, warn=warn)
-    summary["analysis"] = {
+    measured = _feed(session, results, labels or (list(results[0]["rankme"]) if results else []), record,
+                     chosen, probe_spec)
+    monitor_name, logprob_key = session.monitor, session.tracker.logprob_key
+    steps = max([int(r["step"]) for r in results[-1:]] + live_steps[-1:] + [record.steps or 0])
+    analysis = {
         "source": "offline", "model_kind": kind, "selector": selector_name(chosen), "num_rows": rows_per_layer,
-        "probe_set": probe.description, "layers": labels, "watched": watch, "acc": summary["monitor"],
+        "probe_set": probe.description, "layers": labels, "watched": watch, "acc": monitor_name,
         "recorded": {"summary": str(record.summary_path) if record.summary_path else None,
-                     "monitor": recorded_monitor.source if recorded_monitor else None,
-                     "settings": "given" if settings else ("run summary" if record.settings else "default")},
+                     "monitor": rankme_config.source if rankme_config else None,
+                     "session": record.session is not None,
+                     "settings": "given" if settings else ("run" if record.settings else "default")},
+        **({"layer_note": HF_NOTE} if kind == "hf" else {}),
     }
-    if kind == "hf":
-        summary["analysis"]["layer_note"] = HF_NOTE
-    summary.update({"revisions": [{k: v for k, v in r.items() if not k.startswith("_")} for r in results],
-                    "skipped_revisions": skipped, "duplicate_weights": duplicates, "warnings": warn.messages})
+    entries = [{"name": r["name"], "path": r["path"], "step": r["step"], "weights_sha256": r["weights_sha256"],
+                "duplicate_of": r["duplicate_of"], "acc": r["_measured"].scalars.get(monitor_name, math.nan),
+                "logprob": r["_measured"].scalars.get(logprob_key or LOGPROB, math.nan),
+                "rankme": dict(r["_measured"].rankme), "probe_acc": dict(r["_measured"].probe_acc)} for r in results]
+    extra = {"revisions": entries, "skipped_revisions": skipped, "duplicate_weights": duplicates,
+             "warnings": warn.messages, "analysis": analysis}
+    output = Path(output) if output is not None else None
+    summary = session.finish(measured, steps, directory=None if output is None else output.parent,
+                             filename=OFFLINE_SUMMARY_FILENAME if output is None else output.name, extra=extra,
+                             figures=False)
     return json_safe(summary)
 
 
+def _session(record: RecordedSetup, kind: str, monitor: str | None, settings: DetectionSettings | None,
+             probe: ProbeSet, warn: WarnOnce) -> RunSession:
+    """The live run's session as its checkpoint kept it (with ``settings``, if given, for the detection and the
+    study's rule), or, for a run that kept none, one with the study's rule on the recorded or default settings."""
+    keys = {"monitor": monitor} if monitor else {}
+    if record.session is not None:
+        state = dict(record.session)
+        if settings is not None:
+            state["settings"] = settings.to_dict()
+            state["rules"] = [{**rule, "settings": {**rule["settings"], "detection": settings.to_dict()}}
+                              if rule.get("class") == STUDY_RULE else rule for rule in state.get("rules", [])]
+        return RunSession.from_state(state, warn=warn, **keys)
+    chosen = settings or record.settings or DetectionSettings()
+    return RunSession(settings=chosen, run_info=_run_info(record, probe, warn), monitor=monitor or VAL_ACC,
+                      warn=warn)
+
+
+def _probe_spec(record: RecordedSetup, probes: bool | None, kind: str, selector: Selector, probe: ProbeSet,
+                mask: str, num_rows: int, warn: WarnOnce) -> tuple[RowSpec | None, int]:
+    """How probes are measured (None: not measured) and at which evaluations (every n-th): as the live probe
+    monitor did, unless ``probes`` says otherwise."""
+    config = record.probes
+    wanted = probes if probes is not None else config is not None
+    if not wanted:
+        return None, 1
+    if kind == "hf" and selector != "answer" or probe.keys and mask not in probe.keys:
+        warn("probes", f"probe accuracy needs the answer tokens as labels ({mask!r} in the probe set"
+             + (" and the 'answer' selector" if kind == "hf" else "") + "); probes are skipped")
+        return None, 1
+    spec = RowSpec((config and config.selector) or "answer", (config and config.num_rows) or num_rows,
+                   (config and config.setting) or 1e-3)
+    return spec, config.every_n_evals if config is not None and probes is None else 1
+
+
 def _choose_selector(selector: Selector | None, record: RecordedSetup, probe: ProbeSet, mask_key: str,
-                     warn: WarningLog) -> Selector:
+                     warn: WarnOnce) -> Selector:
     """The given selector, else the live monitor's, else ``answer`` with an answer mask, else ``last``.
 
     Raises:
@@ -199,11 +252,12 @@ def _choose_selector(selector: Selector | None, record: RecordedSetup, probe: Pr
 
 
 def _measure_revisions(
-    revisions: Sequence[Revision], measure: MeasureFn, *, device: str, dtype: str, drop_duplicates: bool,
-    allow_pickle: bool,
+    revisions: Sequence[Revision], measure: MeasureFn, live_steps: Sequence[int], *, device: str, dtype: str,
+    drop_duplicates: bool, allow_pickle: bool,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """Each revision's entry (name, path, step, weights hash, duplicate_of, measurements), the skipped
-    revisions, and the layer labels."""
+    revisions, and the layer labels. A revision's evaluation number is its place among the live run's
+    evaluations where the run recorded them, else among the revisions."""
     results: list[dict[str, Any]] = []
     by_hash: dict[str, dict[str, Any]] = {}
     skipped: list[dict[str, Any]] = []
@@ -235,68 +289,63 @@ def _measure_revisions(
                 continue
             measured = earlier["_measured"]
         else:
-            measured, labels = measure(revision, model)
+            evaluation = live_steps.index(revision.step) if revision.step in live_steps else len(results)
+            measured, labels = measure(revision, model, evaluation)
         del model
-        entry.update({"_measured": measured, "acc": measured.acc, "logprob": measured.logprob,
-                      "rankme": dict(measured.rankme), "probe_acc": dict(measured.probe_acc)})
+        entry["_measured"] = measured
         by_hash.setdefault(digest, entry)
         results.append(entry)
     return results, skipped, labels
 
 
-def _offline_summary(
-    results: Sequence[Mapping[str, Any]], labels: Sequence[str], *, kind: str, record: RecordedSetup, probe: ProbeSet,
-    settings: DetectionSettings, selector: Selector, monitor: str, logprob_monitor: str | None,
-    warn: WarningLog,
-) -> dict[str, Any]:
-    """The summary from the revisions' measurements, through the live run's builder, with the alerts a live
-    run would have raised. ``steps`` is the live summary's when it is at least the last revision's step (the
-    run went on after its last checkpoint), else the last revision's step."""
-    steps = [int(r["step"]) for r in results]
+def _feed(session: RunSession, results: Sequence[Mapping[str, Any]], labels: Sequence[str],
+          record: RecordedSetup, selector: Selector, probe_spec: RowSpec | None) -> Measurements:
+    """Each revision fed to ``session`` as an evaluation: the accuracy and the module's other validation scalars
+    measured again, RankMe and probes measured again, and what a checkpoint cannot tell (the training loss, the
+    learning rate) from the live record. Returns the whole measurements."""
     series: dict[str, list[list[float]]] = {}
-    for prefix, key in ((RANKME_PREFIX, "rankme"), (PROBE_PREFIX, "probe_acc")):
+    for prefix, key in ((RANKME, "rankme"), (PROBE_ACC, "probe_acc")):
         for label in labels:
-            points = [[r["step"], r[key][label]] for r in results
-                      if label in r[key] and math.isfinite(r[key][label])]
+            points = [[r["step"], getattr(r["_measured"], key)[label]] for r in results
+                      if label in getattr(r["_measured"], key) and math.isfinite(getattr(r["_measured"], key)[label])]
             if points:  # as live: a measure never taken has no series
                 series[f"{prefix}{label}"] = points
-    logprob = [[r["step"], r["logprob"]] for r in results if math.isfinite(r["logprob"])]
-    # what a checkpoint cannot tell (the training loss, the learning rate, per-token scores): the live record's
-    recorded = (record.run.summary.get("series") or {}) if record.run is not None else {}
-    measured_here = {"acc", logprob_monitor or "logprob", *series}
-    series.update({tag: points for tag, points in recorded.items()
-                   if tag not in measured_here and not tag.startswith((RANKME_PREFIX, PROBE_PREFIX))})
-    monitor_name = monitor if kind == "lightning" else "probe_set/acc"
-    logprob_key = (logprob_monitor or "logprob") if kind == "lightning" else "probe_set/logprob"
-    # the live run's tracker, fed one evaluation at a time: the same rules, alerts and summary as live
-    tracker = RunTracker(settings=settings, run_info=_run_info(record, probe, warn), monitor=monitor_name,
-                         logprob_key=logprob_key, rankme_prefix=RANKME_PREFIX)
-    measured = {tag: points for tag, points in series.items() if tag.startswith((RANKME_PREFIX, PROBE_PREFIX))}
-    scalars = {tag: {int(p[0]): p[1] for p in points} for tag, points in
-               {logprob_key: logprob, **{t: p for t, p in series.items() if t not in measured}}.items()}
+    measured_tags = {tag for r in results for tag in r["_measured"].scalars}
+    carried = {tag: {int(p[0]): p[1] for p in points} for tag, points in _recorded_scalars(record).items()
+               if tag not in measured_tags and tag != session.monitor}
+    prefixes = tuple((record.session or {}).get("record_prefixes") or ("val/",))
     for entry in results:
-        step = int(entry["step"])
-        update = tracker.update(step, float(entry["acc"]),
-                                {tag: values[step] for tag, values in scalars.items() if step in values},
-                                {tag: [p for p in points if p[0] <= step] for tag, points in measured.items()})
-        for alert in update.alerts:
-            warn(f"alert:{alert.kind}:{alert.layer}", alert_message(alert, monitor_name))
+        step, scalars = int(entry["step"]), entry["_measured"].scalars
+        acc = scalars.get(session.monitor, math.nan)
+        if session.monitor not in scalars:
+            session.warn("monitor", f"the module logged no {session.monitor!r} (logged: "
+                         f"{', '.join(sorted(scalars)) or 'nothing'}); acquisition cannot be detected (pass --monitor)")
+        now = {tag: value for tag, value in scalars.items() if tag != session.monitor and tag.startswith(prefixes)}
+        now.update({tag: values[step] for tag, values in carried.items() if step in values})
+        session.evaluate(step, acc, now, Measurements({tag: [p for p in points if p[0] <= step]
+                                                      for tag, points in series.items()}))
     rows: dict[str, int] = {}
     for entry in results:
         rows.update(entry["_measured"].rows)
-    selectors = {RANKME_PREFIX.rstrip("/"): selector_name(selector)}
-    if any(tag.startswith(PROBE_PREFIX) for tag in rows):
-        selectors[PROBE_PREFIX.rstrip("/")] = "answer"
-    parameters = next((r["_measured"].parameters for r in reversed(results) if r["_measured"].parameters), 0)
-    last_step = steps[-1] if steps else 0
-    return tracker.summary(measured, parameters=parameters, rows=rows, selectors=selectors,
-                           steps=record.steps if record.steps is not None and record.steps >= last_step else last_step)
+    selectors = {RANKME[:-1]: selector_name(selector)}
+    if any(tag.startswith(PROBE_ACC) for tag in rows) and probe_spec is not None:
+        selectors[PROBE_ACC[:-1]] = selector_name(probe_spec.selector)
+    parameters = next((r["_measured"].parameters for r in reversed(results) if r["_measured"].parameters), None)
+    return Measurements(series, rows, selectors, session.run_info.get("parameters", parameters))
 
 
-def _run_info(record: RecordedSetup, probe: ProbeSet, warn: WarningLog) -> dict[str, Any]:
+def _recorded_scalars(record: RecordedSetup) -> dict[str, list[list[float]]]:
+    """The scalars the live run recorded (from its session in the checkpoint, else its summary's series)."""
+    if record.session is not None:
+        return dict((record.session.get("record") or {}).get("scalars") or {})
+    series = (record.run.summary.get("series") or {}) if record.run is not None else {}
+    return {tag: points for tag, points in series.items() if tag != "acc" and not tag.startswith((RANKME, PROBE_ACC))}
+
+
+def _run_info(record: RecordedSetup, probe: ProbeSet, warn: WarnOnce) -> dict[str, Any]:
     """The run's fields: those of the probe datamodule (task, difficulty, seed, task_params) and the module's
-    hyperparameters (size), overridden by the live summary's when the run folder has one (they describe the
-    run; ``analysis["probe_set"]`` describes what it was measured on)."""
+    hyperparameters (size), overridden by the live run's when it recorded them (they describe the run;
+    ``analysis["probe_set"]`` describes what it was measured on)."""
     kwargs = probe.description.get("kwargs", {})
     info = {key: kwargs[key] for key in ("task", "difficulty", "seed") if kwargs.get(key) is not None}
     if "params" in kwargs:

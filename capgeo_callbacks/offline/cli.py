@@ -1,4 +1,4 @@
-"""The offline-analysis command line: ``python -m capgeo_callbacks.offline`` (or ``capgeo_callbacks.analyze``)::
+"""The offline-analysis command line: ``python -m capgeo_callbacks.offline``::
 
     python -m capgeo_callbacks.offline runs/mod-hard-xs-s0/version_0
     python -m capgeo_callbacks.offline pythia-70m/ --probe-file rows.pt --selector last
@@ -18,13 +18,13 @@ from typing import Any
 
 from capgeo_callbacks.capture.selectors import SELECTORS
 from capgeo_callbacks.detection import DetectionSettings
+from capgeo_callbacks.integrations.hf_models import HF_NOTE
 from capgeo_callbacks.offline.analysis import DEFAULT_NUM_ROWS, analyze
-from capgeo_callbacks.offline.measure_hf import HF_NOTE
-from capgeo_callbacks.offline.measured import WarningLog
 from capgeo_callbacks.offline.recorded import read_record
 from capgeo_callbacks.offline.report_text import format_report
 from capgeo_callbacks.offline.revisions import find_revisions
-from capgeo_callbacks.run.summary import OFFLINE_SUMMARY_FILENAME, write_summary
+from capgeo_callbacks.run.failures import WarnOnce
+from capgeo_callbacks.run.summary import OFFLINE_SUMMARY_FILENAME
 
 __all__ = ["build_parser", "main"]
 
@@ -76,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
             f"{DEFAULT_NUM_ROWS})")
     measure("--layers", help="comma-separated module names or globs (.ckpt: default the live monitor's; HF: globs "
             "over embed, layers.*, default all)")
-    measure("--probes", action="store_true", help="also held-out linear probe accuracy per layer")
-    measure("--monitor", default="val/acc", help="accuracy key the LightningModule logs (default: %(default)s)")
+    measure("--probes", action="store_true", default=None, help="also held-out linear probe accuracy per layer "
+            "(default: where the live run measured them)")
+    measure("--monitor", help="accuracy key the LightningModule logs (default: the live run's, else val/acc)")
 
     model = parser.add_argument_group("models").add_argument
     model("--module-class", help="dotted path of the LightningModule class of .ckpt files, e.g. "
@@ -113,7 +114,7 @@ def _settings(args: argparse.Namespace) -> DetectionSettings | None:
     if not given:
         return None
     recorded = read_record(find_revisions(args.paths, allow_pickle=args.allow_pickle), args.allow_pickle,
-                           WarningLog()).settings
+                           WarnOnce()).settings
     return (recorded or DetectionSettings()).replace(**given)
 
 
@@ -133,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                             format="%(levelname)s %(name)s: %(message)s")
     layers = [p.strip() for p in args.layers.split(",") if p.strip()] if args.layers else None
+    first = Path(args.paths[0])
+    folder = first if first.is_dir() else first.parent
+    output = Path(args.output) if args.output else folder / OFFLINE_SUMMARY_FILENAME
     try:
         summary = analyze(
             args.paths, probe_file=args.probe_file, task=args.task, difficulty=args.difficulty, seed=args.seed,
@@ -140,15 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             module_class=args.module_class, module_kwargs=args.module_kwargs, selector=args.selector,
             num_rows=args.num_rows, layers=layers, probes=args.probes, batch_size=args.batch_size,
             device=args.device, dtype=args.dtype, monitor=args.monitor, drop_duplicates=args.drop_duplicates,
-            allow_pickle=args.allow_pickle, settings=_settings(args),
+            allow_pickle=args.allow_pickle, settings=_settings(args), output=output,
         )
     except (ValueError, FileNotFoundError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    first = Path(args.paths[0])
-    folder = first if first.is_dir() else first.parent
-    output = Path(args.output) if args.output else folder / OFFLINE_SUMMARY_FILENAME
-    write_summary(summary, output.parent, output.name)
     if not args.quiet:
         print(format_report(summary))
         print(f"\nsummary: {output}")

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from capgeo_callbacks.offline.dotted import resolve_dotted
-from capgeo_callbacks.offline.measured import WarningLog
+from capgeo_callbacks.run.failures import WarnOnce
 
 __all__ = ["ProbeSet", "build_probe_set", "probe_datamodule", "probe_file"]
 
@@ -119,7 +119,7 @@ def build_probe_set(
     split: str,
     batch_size: int,
     kind: str,
-    warn: WarningLog,
+    warn: WarnOnce,
 ) -> ProbeSet:
     """The probe set: the file if given, else the loader of ``factory`` (a dotted path: the one given, else
     the one the run recorded) with the recorded datamodule arguments, overridden by

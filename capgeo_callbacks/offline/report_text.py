@@ -6,14 +6,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from capgeo_callbacks.run.summary import verdict_table
+from capgeo_callbacks.publish.text import verdict_table
 
 __all__ = ["format_report"]
 
 
 def format_report(summary: Mapping[str, Any]) -> str:
     """The per-revision RankMe table, skipped and duplicate revisions, then the verdict and per-layer
-    collapse table (:func:`~capgeo_callbacks.run.summary.verdict_table`), as plain text."""
+    collapse table (:func:`~capgeo_callbacks.publish.text.verdict_table`), as plain text."""
     analysis = summary.get("analysis", {})
     labels: list[str] = list(analysis.get("layers", []))
     probe = analysis.get("probe_set", {})

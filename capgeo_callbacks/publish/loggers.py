@@ -21,7 +21,10 @@ import numpy as np
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
-__all__ = ["TEXT_FILENAME", "publish_alert", "publish_hparams", "publish_image", "publish_text", "safe_name"]
+from capgeo_callbacks.publish.publisher import Publisher
+
+__all__ = ["TEXT_FILENAME", "TrainerPublisher", "publish_alert", "publish_hparams", "publish_image", "publish_text",
+           "safe_name"]
 
 TEXT_FILENAME = "capgeo_text.csv"
 IMAGE_FOLDER = "capgeo"
@@ -149,3 +152,34 @@ def save_png(image: np.ndarray, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     mpimg.imsave(path, image)
     return path
+
+
+class TrainerPublisher(Publisher):
+    """Publishes to every logger of a Lightning ``trainer``, on rank zero only (module docstring); a logger that
+    cannot take something is reported once through ``warn``."""
+
+    def __init__(self, trainer: pl.Trainer, warn: WarnFn = _warn_each_time) -> None:
+        self.trainer, self.warn = trainer, warn
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        if values and self.trainer.is_global_zero:
+            for logger in self.trainer.loggers:
+                logger.log_metrics(dict(values), step=step)
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        publish_text(self.trainer, tag, text, step, warn=self.warn)
+
+    def alert(self, title: str, text: str, step: int) -> None:
+        publish_alert(self.trainer, title, text, step, warn=self.warn)
+
+    def image(self, tag: str, image: np.ndarray, step: int) -> None:
+        publish_image(self.trainer, tag, image, step, warn=self.warn)
+
+    def hparams(self, params: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
+        publish_hparams(self.trainer, params, metrics, warn=self.warn)
+
+    def layout(self, layout: Mapping[str, Any]) -> None:
+        if self.trainer.is_global_zero:
+            for logger in self.trainer.loggers:
+                if isinstance(logger, TensorBoardLogger):
+                    logger.experiment.add_custom_scalars(dict(layout))

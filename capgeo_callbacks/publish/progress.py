@@ -17,6 +17,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import TQDMProgressBar
 from typing_extensions import override
 
+from capgeo_callbacks.keys import by_layer
+
 __all__ = ["BarSafeHandler", "StepProgressBar"]
 
 
@@ -87,12 +89,13 @@ class StepProgressBar(TQDMProgressBar):
     @override
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, int | str | float]:
         metrics = {key: value for key, value in super().get_metrics(trainer, pl_module).items() if key != "v_num"}
+        from capgeo_callbacks.callbacks.base import measurements_of
         from capgeo_callbacks.callbacks.precursor_detector import PrecursorDetector
 
         detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
         if detector is None:
             return metrics
-        rankme = detector.rankme_series(trainer)
+        rankme = by_layer(measurements_of(trainer, pl_module).series, detector.tracker.rankme_prefix)
         if rankme:
             deepest, points = list(rankme.items())[-1]
             if points:
@@ -100,7 +103,6 @@ class StepProgressBar(TQDMProgressBar):
         forecasts = [made[-1] for made in detector.tracker.forecasts.values() if made]
         if forecasts:
             latest = forecasts[-1]
-            predicted = latest.predicted
-            metrics[f"forecast ({latest.rule})"] = ("-" if predicted is None else "beyond reach"
-                                                   if math.isinf(predicted) else f"step {predicted:.0f}")
+            metrics[f"forecast ({latest.rule})"] = ("beyond reach" if math.isinf(latest.predicted)
+                                                   else f"step {latest.predicted:.0f}")
         return metrics

@@ -15,6 +15,7 @@ from capgeo_callbacks.callbacks import (
     LLCMonitor,
     RankMeMonitor,
 )
+from capgeo_callbacks.keys import PROBE_ACC, RANKME
 from capgeo_callbacks.registry.core import MeasureSpec, register_measure
 
 __all__ = ["BUILTIN_MEASURES"]
@@ -22,12 +23,12 @@ __all__ = ["BUILTIN_MEASURES"]
 BUILTIN_MEASURES: tuple[MeasureSpec, ...] = (
     MeasureSpec(
         name="rankme", callback=RankMeMonitor, needs="hidden_states", cost="cheap", default=True,
-        keys=("rankme/<layer>",), transitions={"rankme/": "collapse"},
+        keys=(f"{RANKME}<layer>",), transitions={RANKME: "collapse"},
         functions=("rankme",), description="RankMe (effective dimension) of each watched layer's hidden states",
     ),
     MeasureSpec(
         name="probes", callback=LinearProbeMonitor, needs="hidden_states", cost="cheap", default=True,
-        every_n_evals=4, keys=("probe_acc/<layer>",), transitions={"probe_acc/": "crossing"},
+        every_n_evals=4, keys=(f"{PROBE_ACC}<layer>",), transitions={PROBE_ACC: "crossing"},
         functions=("linear_probe_accuracy",),
         description="held-out accuracy of a linear probe from each watched layer to the answer token",
     ),

@@ -1,7 +1,8 @@
-"""Warning rules and forecasters on one protocol (:class:`Rule`): live in the tracker, offline in the scorer.
+"""Warning rules and forecasters on one protocol (:class:`Rule`): live in the run session, offline in the scorer.
 
 ``RULES`` maps each name to a factory; :func:`register_rule` adds a user's own, so the scorer's command line
-and the callbacks' ``rules=`` argument can name it.
+and the callbacks' ``rules=`` argument can name it. Every registered rule passes one conformance test
+(tests/rules/test_conformance.py).
 """
 
 from __future__ import annotations
@@ -9,7 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.rules.base import Forecast, Rule, RuleOutput, RunView, replay
+from capgeo_callbacks.rules.base import (
+    Forecast,
+    Needs,
+    Rule,
+    RuleOutput,
+    RunView,
+    replay,
+    rule_from_record,
+    rule_output,
+    rule_record,
+)
 from capgeo_callbacks.rules.baselines import (
     ClockRule,
     LogprobEmergenceRule,
@@ -31,23 +42,27 @@ __all__ = [
     "ClockForecaster",
     "ClockRule",
     "CurveForecaster",
-    "ForecastRule",
-    "RidgeForecaster",
-    "ThresholdForecaster",
     "Forecast",
+    "ForecastRule",
     "GeometryRule",
     "LogprobEmergenceRule",
     "LossOnsetRule",
+    "Needs",
     "ProbeCrossingRule",
+    "RidgeForecaster",
     "Rule",
     "RuleOutput",
     "RunView",
     "StudyRule",
+    "ThresholdForecaster",
     "WarmupEndRule",
     "default_rules",
     "make_rule",
     "register_rule",
     "replay",
+    "rule_from_record",
+    "rule_output",
+    "rule_record",
 ]
 
 RULES: dict[str, Callable[[], Rule]] = {
@@ -58,10 +73,13 @@ RULES: dict[str, Callable[[], Rule]] = {
     "probe-crossing": ProbeCrossingRule,
     "warmup-end": WarmupEndRule,
     "clock-20": lambda: ClockRule(fraction=0.2, name="clock-20"),
-    # forecasters that need no calibration runs (the clock and the ridge are fitted: study.forecast)
     "token_acc-threshold": lambda: ThresholdForecaster("token_acc"),
     "logprob-threshold": lambda: ThresholdForecaster("logprob"),
     "curve-families": CurveForecaster,
+    # fitted on calibration runs (ClockForecaster().fit(runs), as study.forecast does); unfitted they forecast nothing
+    "clock": ClockForecaster,
+    "ridge": RidgeForecaster,
+    "ridge-geometry": lambda: RidgeForecaster(geometry=True),
 }
 
 
@@ -71,8 +89,8 @@ def default_rules(settings: DetectionSettings | None = None) -> list[Rule]:
     (``study/registration.json``; docs/heldout.md): a linear probe reading the answer halfway from chance, and
     the per-token accuracy extrapolated to the level where the whole answer is right half the time. Neither reads
     RankMe: on the study's tasks, geometry lowered no forecast's error (docs/forecast-selection.md). They need
-    ``probe_acc/`` series, ``val/token_acc`` and the run's ``chance`` in ``run_info``; without them they stay
-    silent."""
+    ``probe_acc/`` series, ``val/token_acc`` and the run's ``chance`` in ``run_info``; a run without them leaves
+    them out and says so once."""
     return [StudyRule(settings), ProbeCrossingRule(), ThresholdForecaster("token_acc", window=1.0)]
 
 

@@ -4,7 +4,9 @@ A rule reads a run's series as they arrive. At each evaluation it is called with
 series so far and the alerts it has already raised, and returns the alerts it raises now and, if it forecasts,
 its :class:`Forecast` of the acquisition step. It may keep no other state: its output is a function of the
 prefix and of its own alerts, so a rule replayed offline on a finished run (:func:`replay`) says exactly what
-it said live (the tracker, :class:`~capgeo_callbacks.detection.RunTracker`, calls it the same way).
+it said live. Every caller (the live tracker, :func:`replay`, the scorer) asks a rule through
+:func:`rule_output`, the one place that decides which forecasts are recorded. A rule declares what it reads
+(:class:`Needs`); a run that lacks it at its first evaluation leaves the rule out, and says so once.
 
 Writing a rule::
 
@@ -22,16 +24,21 @@ once registered (:func:`~capgeo_callbacks.rules.register_rule`).
 
 from __future__ import annotations
 
+import importlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from capgeo_callbacks.detection.alerts import Alert
+from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.series import Points
+from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings
+from capgeo_callbacks.keys import ACC
 
-__all__ = ["Forecast", "Rule", "RuleOutput", "RunView", "replay"]
+__all__ = ["Forecast", "Needs", "Rule", "RuleOutput", "RunView", "replay", "rule_from_record", "rule_output",
+           "rule_record"]
 
 
 @dataclass(frozen=True)
@@ -54,9 +61,9 @@ class RunView:
     def from_points(cls, acc: Points, series: Mapping[str, Points], info: Mapping[str, Any] | None = None) -> RunView:
         """A view from ``[[step, value], ...]`` series; the steps are the accuracy's."""
         steps = tuple(int(p[0]) for p in acc)
-        aligned = {"acc": tuple(float(p[1]) for p in acc)}
+        aligned = {ACC: tuple(float(p[1]) for p in acc)}
         for tag, points in series.items():
-            if tag != "acc":
+            if tag != ACC:
                 at = {int(p[0]): float(p[1]) for p in points if p[1] is not None}
                 aligned[tag] = tuple(at.get(step, math.nan) for step in steps)
         return cls(steps, aligned, dict(info or {}))
@@ -93,31 +100,60 @@ class RunView:
 
 
 @dataclass(frozen=True)
+class Needs:
+    """What a rule reads: series of the run (tags, or ``prefix/*`` for at least one tag under a prefix, such as
+    ``rankme/*``) and run facts (keys of the run info, such as ``chance`` or ``warmup_steps``).
+
+    A rule whose needs are not met at a run's first evaluation is left out of that run: it emits nothing, and the
+    run says once which key is missing and how to record it (:func:`~capgeo_callbacks.keys.how_to_record`).
+    """
+
+    series: tuple[str, ...] = (ACC,)
+    facts: tuple[str, ...] = ()
+
+    def missing(self, tags: Collection[str], info: Mapping[str, Any]) -> list[str]:
+        """The needed keys a run with series ``tags`` and run facts ``info`` lacks, in the order declared."""
+        def present(key: str) -> bool:
+            if key.endswith("/*"):
+                return any(tag.startswith(key[:-1]) for tag in tags)
+            return key in tags
+
+        return [key for key in self.series if not present(key)] + [key for key in self.facts if info.get(key) is None]
+
+
+@dataclass(frozen=True)
 class Forecast:
-    """A forecast of the acquisition step, made at ``step``.
+    """A forecast of the acquisition step, made at ``step``: always of a later step, its interval ordered around
+    it (``step < low <= predicted <= high``; see :meth:`ahead`).
 
     Attributes:
         rule: the forecaster's name.
         step: the evaluation step at which it was made.
-        predicted: the predicted acquisition step; ``math.inf`` when it is not expected within reach (beyond
-            the budget, or no progress); None when the forecaster has no forecast yet.
+        predicted: the predicted acquisition step; ``math.inf`` when it is not expected within reach (beyond the
+            budget, or no progress).
         low: lower end of the interval (None: none).
-        high: upper end of the interval (``math.inf`` allowed).
+        high: upper end of the interval (``math.inf`` allowed; None: none).
     """
 
     rule: str
     step: int
-    predicted: float | None
+    predicted: float
     low: float | None = None
     high: float | None = None
 
     def within(self, horizon: float) -> bool:
         """Whether it puts acquisition within ``horizon`` steps of ``step``."""
-        return self.predicted is not None and math.isfinite(self.predicted) and self.predicted - self.step <= horizon
+        return math.isfinite(self.predicted) and self.predicted - self.step <= horizon
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "step": self.step, "predicted": self.predicted, "low": self.low,
-                "high": self.high}
+    def ahead(self) -> Forecast:
+        """This forecast as one of the future: acquisition that is not yet confirmed happens at the earliest at the
+        next step, so a prediction at or before ``step`` becomes ``step + 1``, and the interval is ordered around
+        the prediction and kept after ``step``."""
+        earliest = self.step + 1
+        predicted = max(self.predicted, earliest)
+        low = None if self.low is None else min(max(self.low, earliest), predicted)
+        high = None if self.high is None else max(self.high, predicted)
+        return Forecast(self.rule, self.step, predicted, low, high)
 
 
 @dataclass(frozen=True)
@@ -132,12 +168,12 @@ class Rule(ABC):
     """A warning rule, or a forecaster (module docstring). Subclasses set ``name`` and implement ``update``.
 
     Attributes:
-        name: how summaries, logs and tables name the rule (unique among a tracker's rules).
-        needs: the series tags (or tag prefixes ending in ``/``) it reads; a run without them gets no output.
+        name: how summaries, logs and tables name the rule (unique among a run's rules).
+        needs: the series and run facts it reads (:class:`Needs`); a run without them leaves the rule out.
     """
 
-    name: ClassVar[str] = "rule"
-    needs: ClassVar[tuple[str, ...]] = ("acc",)
+    name: str = "rule"
+    needs: Needs = Needs()
 
     @abstractmethod
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
@@ -155,20 +191,59 @@ class Rule(ABC):
 
     def alert(self, run: RunView, evidence: str, layer: str = "") -> Alert:
         """A run alert of this rule at the latest evaluation, with its evidence in words."""
-        return Alert("run", layer, run.step, None, None, None, rule=self.name, evidence=evidence)
+        return Alert(kind="run", layer=layer, step=run.step, rule=self.name, evidence=evidence)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.settings()})"
 
 
-def replay(rule: Rule, run: RunView, until: int | None = None) -> tuple[list[Alert], list[Forecast]]:
+def rule_output(rule: Rule, run: RunView, raised: Sequence[Alert],
+                settings: DetectionSettings = DEFAULT_SETTINGS) -> RuleOutput:
+    """What ``rule`` says at the latest evaluation of ``run``, as a run records it: its alerts, and its forecast
+    only while acquisition is not confirmed (``settings``' threshold and patience), moved ahead of the step it is
+    made at (:meth:`Forecast.ahead`). The live tracker, :func:`replay` and the scorer all ask a rule through here."""
+    output = rule.update(run, raised)
+    forecast = output.forecast
+    if forecast is not None:
+        acquired = detect_acquisition(run.steps, run.values(ACC), settings.threshold, settings.patience)
+        forecast = None if acquired is not None else forecast.ahead()
+    return RuleOutput(list(output.alerts), forecast)
+
+
+def replay(rule: Rule, run: RunView, until: int | None = None,
+           settings: DetectionSettings = DEFAULT_SETTINGS) -> tuple[list[Alert], list[Forecast]]:
     """Every alert and forecast ``rule`` would have emitted live on ``run``, evaluation by evaluation
     (up to the ``until``-th evaluation)."""
     alerts: list[Alert] = []
     forecasts: list[Forecast] = []
     for end in range(1, (len(run.steps) if until is None else until) + 1):
-        output = rule.update(run.prefix(end), alerts)
+        output = rule_output(rule, run.prefix(end), alerts, settings)
         alerts += output.alerts
         if output.forecast is not None:
             forecasts.append(output.forecast)
     return alerts, forecasts
+
+
+def rule_record(rule: Rule) -> dict[str, Any]:
+    """How a rule is written down (a checkpoint, a registration file): its name, class path and settings."""
+    return {"name": rule.name, "class": f"{type(rule).__module__}.{type(rule).__qualname__}",
+            "settings": rule.settings()}
+
+
+def rule_from_record(record: Mapping[str, Any]) -> Rule:
+    """The rule a :func:`rule_record` (or a registration file's entry) describes.
+
+    Raises:
+        ValueError: if the class path does not name a rule.
+    """
+    module, _, name = str(record["class"]).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"{record['class']!r} does not name a rule class ({err})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Rule)):
+        raise ValueError(f"{record['class']!r} is not a capgeo_callbacks.rules.Rule")
+    rule = cls.from_settings(record.get("settings") or {})
+    if record.get("name"):
+        rule.name = str(record["name"])
+    return rule

@@ -12,7 +12,8 @@ from typing import Any
 from capgeo_callbacks.detection.alerts import Alert
 from capgeo_callbacks.detection.labels import Chance
 from capgeo_callbacks.detection.onset import learning_onset
-from capgeo_callbacks.rules.base import Rule, RuleOutput, RunView
+from capgeo_callbacks.keys import ACC, LOGPROB, PROBE_ACC
+from capgeo_callbacks.rules.base import Needs, Rule, RuleOutput, RunView
 
 __all__ = ["ClockRule", "LogprobEmergenceRule", "LossOnsetRule", "ProbeCrossingRule", "WarmupEndRule"]
 
@@ -27,10 +28,13 @@ class LossOnsetRule(Rule):
     leaves the level of an answer that ignores the question. The loss-only baseline."""
 
     name = "loss-onset"
-    needs = ("val/logprob",)
 
-    def __init__(self, logprob_key: str = "val/logprob") -> None:
+    def __init__(self, logprob_key: str = LOGPROB) -> None:
         self.logprob_key = logprob_key
+
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        return Needs(series=(ACC, self.logprob_key))
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
         if raised:
@@ -56,6 +60,10 @@ class ClockRule(Rule):
         if name:
             self.name = name
 
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        return Needs(facts=("max_steps",) if self.at_step is None else ())
+
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
         due = self.at_step if self.at_step is not None else (self.fraction or 0) * (run.max_steps or math.inf)
         if raised or run.step < due:
@@ -71,6 +79,7 @@ class WarmupEndRule(Rule):
     Never on a run that records no ``warmup_steps``: it has no warm-up end to ring at."""
 
     name = "warmup-end"
+    needs = Needs(facts=("warmup_steps",))
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
         end = run.warmup_steps
@@ -83,10 +92,13 @@ class LogprobEmergenceRule(Rule):
     """Warns when the mean answer log-prob reaches ``threshold`` (log 0.5 by default)."""
 
     name = "logprob-emergence"
-    needs = ("val/logprob",)
 
-    def __init__(self, threshold: float = math.log(0.5), logprob_key: str = "val/logprob") -> None:
+    def __init__(self, threshold: float = math.log(0.5), logprob_key: str = LOGPROB) -> None:
         self.threshold, self.logprob_key = threshold, logprob_key
+
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        return Needs(series=(ACC, self.logprob_key))
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
         value = run.last(self.logprob_key)
@@ -103,12 +115,15 @@ class ProbeCrossingRule(Rule):
     marginal's per-token accuracy; 0 if unknown) to perfect."""
 
     name = "probe-crossing"
-    needs = ("probe_acc/",)
 
-    def __init__(self, share: float = 0.5, probe_prefix: str = "probe_acc/") -> None:
+    def __init__(self, share: float = 0.5, probe_prefix: str = PROBE_ACC) -> None:
         if not 0 < share < 1:
             raise ValueError(f"share must be in (0, 1), got {share}")
         self.share, self.probe_prefix = share, probe_prefix
+
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        return Needs(series=(ACC, f"{self.probe_prefix}*"))
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
         chance = run_chance(run)

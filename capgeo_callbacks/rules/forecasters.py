@@ -2,7 +2,9 @@
 
 Each is a :class:`~capgeo_callbacks.rules.Rule` whose output carries a :class:`Forecast`, and raises one alert
 when its forecast first puts acquisition within ``horizon`` steps (a warning with a lead the user chooses).
-``math.inf`` means "not within reach": no progress, or beyond ``reach`` times the budget.
+``math.inf`` means "not within reach": no progress, or beyond ``REACH`` times the budget. They follow
+scikit-learn's estimator convention: settings in the constructor (``get_params`` round-trips), and what a
+forecaster learns from calibration runs set by ``fit(runs)`` in attributes ending in ``_``.
 
 - :class:`ClockForecaster`: the median acquisition step of earlier runs of the same task and level (a table,
   fitted on calibration runs), whatever the run does.
@@ -21,21 +23,24 @@ when its forecast first puts acquisition within ``horizon`` steps (a warning wit
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from capgeo_callbacks.detection.alerts import Alert
 from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.labels import Chance
-from capgeo_callbacks.rules.base import Forecast, Rule, RuleOutput, RunView
+from capgeo_callbacks.keys import ACC, LOGPROB, RANKME, TOKEN_ACC
+from capgeo_callbacks.rules.base import Forecast, Needs, Rule, RuleOutput, RunView
 
 __all__ = ["ClockForecaster", "CurveForecaster", "ForecastRule", "RidgeForecaster", "ThresholdForecaster",
-           "answer_tokens", "half_right_level"]
+           "answer_tokens", "fit_curve_families", "half_right_level"]
 
 REACH = 3.0  # forecasts beyond 3x the budget (or 10x the step so far) are "not within reach"
 
@@ -59,9 +64,17 @@ def _key(run: RunView) -> str:
     return f"{run.info.get('task')}/{run.info.get('difficulty')}"
 
 
+CalibrationRuns = Sequence[tuple[RunView, int | None]]
+"""Finished runs and their acquisition steps (None: not acquired), what ``fit`` learns from."""
+
+
 class ForecastRule(Rule):
     """Base of the forecasters: ``forecast(run)`` gives (predicted, low, high); the warning fires once when the
     prediction first comes within ``horizon`` steps, before acquisition.
+
+    Settings are the constructor's arguments (:meth:`get_params`); what ``fit`` learns is named in ``fitted``
+    (each held in the attribute of that name with a trailing ``_``, with its value before fitting). Both are in
+    :meth:`settings`, so a fitted forecaster is frozen and rebuilt whole (:meth:`from_settings`).
 
     Args:
         horizon: warn when the forecast puts acquisition within this many steps (None: never warn).
@@ -69,19 +82,28 @@ class ForecastRule(Rule):
     """
 
     name = "forecast"
+    fitted: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, horizon: float | None = 300, threshold: float = 0.5) -> None:
         if horizon is not None and horizon < 0:
             raise ValueError(f"horizon must be >= 0 steps or None, got {horizon}")
         self.horizon, self.threshold = horizon, threshold
 
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's arguments as set: ``type(f)(**f.get_params())`` is the same forecaster, unfitted."""
+        names = [name for name in inspect.signature(type(self).__init__).parameters if name != "self"]
+        return {name: getattr(self, name) for name in names}
+
+    def fit(self, runs: CalibrationRuns) -> ForecastRule:
+        """Learn from calibration runs (those that need it); returns ``self``."""
+        raise NotImplementedError(f"{type(self).__name__} learns nothing from calibration runs")
+
     def forecast(self, run: RunView) -> tuple[float, float, float] | None:
         raise NotImplementedError
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
-        acquired = detect_acquisition(run.steps, run.values("acc"), self.threshold, 3)
-        if acquired is not None:  # once acquisition is confirmed, the forecast is the fact
-            return RuleOutput(forecast=Forecast(self.name, run.step, float(acquired), float(acquired), float(acquired)))
+        if detect_acquisition(run.steps, run.values(ACC), self.threshold, 3) is not None:
+            return RuleOutput()
         found = self.forecast(run)
         if found is None:
             return RuleOutput()
@@ -89,50 +111,64 @@ class ForecastRule(Rule):
         cap = REACH * (run.max_steps or 0) or 10 * max(run.step, 1)
         if predicted > cap:
             predicted, high = math.inf, math.inf
-        forecast = Forecast(self.name, run.step, predicted, min(low, predicted), high)
+        forecast = Forecast(self.name, run.step, predicted, low, high).ahead()
         alerts = []
         if not raised and self.horizon is not None and forecast.within(self.horizon):
-            alerts.append(self.alert(run, f"forecast puts acquisition at step {predicted:.0f} "
-                                          f"[{low:.0f}, {high:.0f}], within {self.horizon:g} steps"))
+            alerts.append(self.alert(run, f"forecast puts acquisition at step {forecast.predicted:.0f} "
+                                          f"[{forecast.low:.0f}, {forecast.high:.0f}], within {self.horizon:g} steps"))
         return RuleOutput(alerts=alerts, forecast=forecast)
 
     def settings(self) -> dict[str, Any]:
-        return {"horizon": self.horizon, "threshold": self.threshold}
+        params = {key: list(value) if isinstance(value, tuple) else value for key, value in self.get_params().items()}
+        learned = {name: getattr(self, f"{name}_", unfitted) for name, unfitted in self.fitted.items()}
+        return {**params, **learned}
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> ForecastRule:
+        rule = cls(**{key: value for key, value in settings.items() if key not in cls.fitted})
+        learned = {name: settings[name] for name in cls.fitted if name in settings}
+        if learned:
+            rule.set_fitted(**learned)
+        return rule
+
+    def set_fitted(self, **learned: Any) -> None:
+        """Set what ``fit`` learns (by the names in ``fitted``), as ``fit`` does."""
+        for name, value in learned.items():
+            setattr(self, f"{name}_", value)
 
 
 class ClockForecaster(ForecastRule):
     """Predicts the median acquisition step of calibration runs of the same task and level.
 
     Args:
-        table: ``{"task/difficulty": [acquisition steps of calibration runs]}`` (:meth:`fit` builds it).
         horizon: see :class:`ForecastRule`.
+        threshold: see :class:`ForecastRule`.
+
+    Attributes:
+        table_: ``{"task/difficulty": [acquisition steps of calibration runs]}``, set by :meth:`fit`.
     """
 
     name = "clock"
+    needs = Needs(facts=("task", "difficulty"))
+    fitted: ClassVar[Mapping[str, Any]] = {"table": {}}
 
-    def __init__(self, table: Mapping[str, Sequence[float]] | None = None, horizon: float | None = 300,
-                 threshold: float = 0.5) -> None:
-        super().__init__(horizon, threshold)
-        self.table = {key: [float(v) for v in values] for key, values in (table or {}).items()}
-
-    @classmethod
-    def fit(cls, runs: Sequence[tuple[RunView, int | None]], **options: Any) -> ClockForecaster:
+    def fit(self, runs: CalibrationRuns) -> ClockForecaster:
         """From finished runs and their acquisition steps (None: not acquired; left out)."""
         table: dict[str, list[float]] = {}
         for run, acquired in runs:
             if acquired is not None:
                 table.setdefault(_key(run), []).append(float(acquired))
-        return cls(table, **options)
+        self.set_fitted(table=table)
+        return self
+
+    def set_fitted(self, table: Mapping[str, Sequence[float]]) -> None:  # type: ignore[override]
+        self.table_ = {key: [float(v) for v in values] for key, values in table.items()}
 
     def forecast(self, run: RunView) -> tuple[float, float, float] | None:
-        steps = self.table.get(_key(run))
+        steps = getattr(self, "table_", {}).get(_key(run))
         if not steps:
             return None
-        median = statistics.median(steps)
-        return max(median, run.step), max(min(steps), run.step), max(max(steps), run.step)
-
-    def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "table": self.table}
+        return statistics.median(steps), min(steps), max(steps)
 
 
 def _recent(run: RunView, tag: str, window: float, start: int) -> tuple[np.ndarray, np.ndarray]:
@@ -169,42 +205,55 @@ class ThresholdForecaster(ForecastRule):
     Args:
         quantity: ``token_acc`` (from ``val/token_acc``) or ``logprob`` (from ``val/logprob``).
         window: the share of the steps so far the line is fitted on (the most recent).
-        targets: ``{"task/difficulty": level}`` read off calibration runs (:meth:`fit`); without an entry, the
-            independent-errors level from the answer length.
         horizon: see :class:`ForecastRule`.
+        threshold: see :class:`ForecastRule`.
+
+    Attributes:
+        targets_: ``{"task/difficulty": level}`` read off calibration runs by :meth:`fit`; without an entry (or
+            unfitted), the independent-errors level from the answer length in the run's ``chance``.
     """
 
-    def __init__(self, quantity: str = "token_acc", window: float = 0.5,
-                 targets: Mapping[str, float] | None = None, horizon: float | None = 300,
+    fitted: ClassVar[Mapping[str, Any]] = {"targets": {}}
+    TAGS: ClassVar[Mapping[str, str]] = {"token_acc": TOKEN_ACC, "logprob": LOGPROB}
+
+    def __init__(self, quantity: str = "token_acc", window: float = 0.5, horizon: float | None = 300,
                  threshold: float = 0.5) -> None:
         super().__init__(horizon, threshold)
-        if quantity not in ("token_acc", "logprob"):
-            raise ValueError(f"quantity must be token_acc or logprob, got {quantity!r}")
+        if quantity not in self.TAGS:
+            raise ValueError(f"quantity must be one of {', '.join(self.TAGS)}, got {quantity!r}")
         if not 0 < window <= 1:
             raise ValueError(f"window must be in (0, 1], got {window}")
         self.quantity, self.window = quantity, float(window)
-        self.targets = {key: float(value) for key, value in (targets or {}).items()}
-        self.name = f"{quantity}-threshold" + ("-calibrated" if targets else "")
+        self.name = f"{quantity}-threshold"
 
     @property
     def tag(self) -> str:
-        return f"val/{self.quantity}"
+        return self.TAGS[self.quantity]
 
-    @classmethod
-    def fit(cls, runs: Sequence[tuple[RunView, int | None]], quantity: str = "token_acc",
-            **options: Any) -> ThresholdForecaster:
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        facts = ("task", "difficulty") if getattr(self, "targets_", None) else ("chance",)
+        return Needs(series=(ACC, self.tag), facts=facts)
+
+    def fit(self, runs: CalibrationRuns) -> ThresholdForecaster:
         """The level of ``quantity`` at acquisition, median over the calibration runs of each task and level."""
         levels: dict[str, list[float]] = {}
         for run, acquired in runs:
             if acquired is not None and acquired in run.steps:
-                value = run.values(f"val/{quantity}")[run.steps.index(acquired)]
+                value = run.values(self.tag)[run.steps.index(acquired)]
                 if math.isfinite(value):
                     levels.setdefault(_key(run), []).append(value)
-        return cls(quantity, targets={key: statistics.median(v) for key, v in levels.items()}, **options)
+        self.set_fitted(targets={key: statistics.median(v) for key, v in levels.items()})
+        return self
+
+    def set_fitted(self, targets: Mapping[str, float]) -> None:  # type: ignore[override]
+        self.targets_ = {key: float(value) for key, value in targets.items()}
+        self.name = f"{self.quantity}-threshold" + ("-calibrated" if self.targets_ else "")
 
     def target(self, run: RunView) -> float | None:
-        if _key(run) in self.targets:
-            return self.targets[_key(run)]
+        targets = getattr(self, "targets_", {})
+        if _key(run) in targets:
+            return targets[_key(run)]
         tokens = answer_tokens(run)
         if tokens is None:
             return None
@@ -223,9 +272,6 @@ class ThresholdForecaster(ForecastRule):
         if goal <= 0:
             return None
         return _crossing(x[keep], np.log(error[keep]), math.log(goal), float(run.step))
-
-    def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "quantity": self.quantity, "window": self.window, "targets": self.targets}
 
 
 # Domhan et al. (2015), learning-curve families (saturating in t), each with an initial guess and bounds; fitted to
@@ -258,11 +304,17 @@ FAMILIES: dict[str, tuple[Callable[..., np.ndarray], Callable[[np.ndarray], list
 class CurveForecaster(ForecastRule):
     """Domhan et al.'s curve families fitted to exact-match accuracy (module docstring).
 
+    Refitted every ``every`` evaluations, on the evaluations up to the last multiple of it, so that a live run pays
+    for a fit only that often; the fit is a pure function of what it reads, remembered by
+    :func:`fit_curve_families`, so a replay says the same and the forecaster itself holds nothing.
+
     Args:
         families: which of :data:`FAMILIES` to fit.
         draws: parameter draws per fit for the interval.
         horizon: see :class:`ForecastRule`.
         seed: the draws' random seed (forecasts are reproducible).
+        every: evaluations between refits.
+        threshold: see :class:`ForecastRule`.
     """
 
     name = "curve-families"
@@ -276,54 +328,49 @@ class CurveForecaster(ForecastRule):
         if every < 1:
             raise ValueError(f"every must be >= 1 evaluation, got {every}")
         self.families, self.draws, self.seed, self.every = tuple(families), int(draws), int(seed), int(every)
-        self._fits: dict[tuple, tuple[float, float, float] | None] = {}
 
     def forecast(self, run: RunView) -> tuple[float, float, float] | None:
-        """Refitted every ``every`` evaluations (on the evaluations up to the last multiple of it), so a live run
-        pays for a fit an eighth of the time and a replay says the same."""
         fitted = run.prefix(len(run.steps) - len(run.steps) % self.every) if len(run.steps) >= self.every else run
-        key = (fitted.steps, fitted.values("acc"), fitted.max_steps, fitted.warmup_steps)  # what the fit reads
-        if key not in self._fits:
-            if len(self._fits) > 256:
-                self._fits.clear()
-            self._fits[key] = self._fit(fitted)
-        found = self._fits[key]
-        return None if found is None else (max(found[0], run.step), max(found[1], run.step), max(found[2], run.step))
+        return fit_curve_families(fitted.steps, fitted.values(ACC), fitted.max_steps, fitted.warmup_steps,
+                                  self.families, self.draws, self.seed, self.threshold)
 
-    def _fit(self, run: RunView) -> tuple[float, float, float] | None:
-        from scipy.optimize import curve_fit
 
-        x, y = _recent(run, "acc", 1.0, max(1, run.warmup_steps or 0))
-        if len(x) < 6:
-            return None
-        if y[-1] >= self.threshold:
-            return float(run.step), float(run.step), float(run.step)
-        horizon = np.linspace(run.step, REACH * (run.max_steps or 10 * run.step), 400)
-        rng = np.random.default_rng(self.seed)
-        crossings: list[float] = []
-        centres: list[float] = []
-        for name in self.families:
-            function, guess, bounds = FAMILIES[name]
-            try:
-                with warnings.catch_warnings(), np.errstate(all="ignore"):
-                    warnings.simplefilter("ignore")
-                    params, covariance = curve_fit(function, x, y, p0=guess(x), bounds=bounds, maxfev=2000)
-                    centres.append(_first_crossing(function(horizon, *params), horizon, self.threshold))
-                    if np.all(np.isfinite(covariance)):
-                        draws = rng.multivariate_normal(params, covariance, size=self.draws, check_valid="ignore")
-                        draws = np.clip(draws, bounds[0], bounds[1])
-                        crossings += [_first_crossing(function(horizon, *d), horizon, self.threshold) for d in draws]
-            except (RuntimeError, ValueError, TypeError, np.linalg.LinAlgError):
-                continue
-        if not centres:
-            return None
-        every = sorted(crossings or centres)  # inf sorts last: a quantile by position keeps it inf, never NaN
-        at = lambda q: float(every[min(len(every) - 1, int(q * len(every)))])  # noqa: E731
-        return float(sorted(centres)[(len(centres) - 1) // 2]), at(0.1), at(0.9)
+@functools.lru_cache(maxsize=256)
+def fit_curve_families(steps: tuple[int, ...], acc: tuple[float, ...], max_steps: int | None,
+                       warmup_steps: int | None, families: tuple[str, ...], draws: int, seed: int,
+                       threshold: float) -> tuple[float, float, float] | None:
+    """Where the curve families fitted to ``acc`` cross ``threshold``: the median family's crossing, and the 10th and
+    90th percentiles over parameter draws from each fit's covariance (None: too few points, or no fit)."""
+    from scipy.optimize import curve_fit
 
-    def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "families": list(self.families), "draws": self.draws, "seed": self.seed,
-                "every": self.every}
+    run = RunView(steps, {ACC: acc}, {"max_steps": max_steps, "warmup_steps": warmup_steps})
+    x, y = _recent(run, ACC, 1.0, max(1, warmup_steps or 0))
+    if len(x) < 6:
+        return None
+    if y[-1] >= threshold:
+        return float(run.step), float(run.step), float(run.step)
+    horizon = np.linspace(run.step, REACH * (max_steps or 10 * run.step), 400)
+    rng = np.random.default_rng(seed)
+    crossings: list[float] = []
+    centres: list[float] = []
+    for name in families:
+        function, guess, bounds = FAMILIES[name]
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                params, covariance = curve_fit(function, x, y, p0=guess(x), bounds=bounds, maxfev=2000)
+                centres.append(_first_crossing(function(horizon, *params), horizon, threshold))
+                if np.all(np.isfinite(covariance)):
+                    sampled = rng.multivariate_normal(params, covariance, size=draws, check_valid="ignore")
+                    sampled = np.clip(sampled, bounds[0], bounds[1])
+                    crossings += [_first_crossing(function(horizon, *d), horizon, threshold) for d in sampled]
+        except (RuntimeError, ValueError, TypeError, np.linalg.LinAlgError):
+            continue
+    if not centres:
+        return None
+    ordered = sorted(crossings or centres)  # inf sorts last: a quantile by position keeps it inf, never NaN
+    at = lambda q: float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])  # noqa: E731
+    return float(sorted(centres)[(len(centres) - 1) // 2]), at(0.1), at(0.9)
 
 
 def _first_crossing(values: np.ndarray, steps: np.ndarray, target: float) -> float:
@@ -332,13 +379,15 @@ def _first_crossing(values: np.ndarray, steps: np.ndarray, target: float) -> flo
 
 
 def run_features(run: RunView, clock: float | None, geometry: bool) -> list[float]:
-    """Features of the run so far for :class:`RidgeForecaster` (all finite)."""
+    """Features of the run so far for :class:`RidgeForecaster` (all finite): the log step, the latest accuracy,
+    per-token accuracy and log-prob, the log of the clock's prediction (not before the step), and with
+    ``geometry`` each layer's RankMe relative to its start and to its minimum so far."""
     step = max(run.step, 1)
     last = lambda tag, default: next((v for v in reversed(run.values(tag)) if math.isfinite(v)), default)  # noqa: E731
-    features = [math.log(step), last("acc", 0.0), last("val/token_acc", 0.0), last("val/logprob", -5.0),
-                math.log(clock) if clock else math.log(step)]
+    features = [math.log(step), last(ACC, 0.0), last(TOKEN_ACC, 0.0), last(LOGPROB, -5.0),
+                math.log(max(clock, run.step)) if clock else math.log(step)]
     if geometry:
-        for tag in run.tags("rankme/"):
+        for tag in run.tags(RANKME):
             values = [v for v in run.values(tag) if math.isfinite(v)]
             if values:  # RankMe relative to its start and to its minimum so far: scale-free
                 features += [math.log(values[-1] / values[0]), math.log(values[-1] / min(values))]
@@ -351,63 +400,74 @@ class RidgeForecaster(ForecastRule):
     """A ridge regression of log(acquisition step) on :func:`run_features`, fitted on calibration runs.
 
     Args:
-        weights: the fitted coefficients (intercept last); :meth:`fit` computes them.
-        scale: the residual spread in log steps (the interval is +-1.645 of it).
-        clock: a :class:`ClockForecaster` table for the clock feature.
         geometry: whether RankMe features are used.
+        penalty: the ridge penalty (not on the intercept).
+        fractions: the shares of each run's time to acquisition at which it gives a training row.
         horizon: see :class:`ForecastRule`.
+        threshold: see :class:`ForecastRule`.
+
+    Attributes:
+        weights_: the fitted coefficients (intercept last); None before :meth:`fit`.
+        scale_: the residual spread in log steps (the interval is +-1.645 of it).
+        clock_: the :class:`ClockForecaster` table of the clock feature.
     """
 
-    def __init__(self, weights: Sequence[float] | None = None, scale: float = 0.3,
-                 clock: Mapping[str, Sequence[float]] | None = None, geometry: bool = False,
-                 horizon: float | None = 300, threshold: float = 0.5) -> None:
+    fitted: ClassVar[Mapping[str, Any]] = {"weights": None, "scale": 0.3, "clock": {}}
+
+    def __init__(self, geometry: bool = False, penalty: float = 1.0,
+                 fractions: Sequence[float] = (0.1, 0.25, 0.5, 0.75), horizon: float | None = 300,
+                 threshold: float = 0.5) -> None:
         super().__init__(horizon, threshold)
-        self.weights = None if weights is None else [float(w) for w in weights]
-        self.scale, self.geometry = float(scale), bool(geometry)
-        self.clock = ClockForecaster(clock)
+        self.geometry, self.penalty, self.fractions = bool(geometry), float(penalty), tuple(fractions)
         self.name = "ridge" + ("-geometry" if geometry else "")
 
-    @classmethod
-    def fit(cls, runs: Sequence[tuple[RunView, int | None]], geometry: bool = False, penalty: float = 1.0,
-            fractions: Sequence[float] = (0.1, 0.25, 0.5, 0.75), **options: Any) -> RidgeForecaster:
+    def fit(self, runs: CalibrationRuns) -> RidgeForecaster:
         """Fitted on every acquired run at ``fractions`` of its time to acquisition."""
-        clock = ClockForecaster.fit(runs).table
-        model = cls(None, clock=clock, geometry=geometry, **options)
+        clock = ClockForecaster().fit(runs)
         rows, targets = [], []
         for run, acquired in runs:
             if acquired is None:
                 continue
-            for fraction in fractions:
+            for fraction in self.fractions:
                 end = max(1, sum(1 for s in run.steps if s <= fraction * acquired))
                 view = run.prefix(end)
-                clock_step = model.clock.forecast(view)
-                rows.append(run_features(view, clock_step[0] if clock_step else None, geometry))
+                clock_step = clock.forecast(view)
+                rows.append(run_features(view, clock_step[0] if clock_step else None, self.geometry))
                 targets.append(math.log(acquired))
         if len({len(row) for row in rows}) > 1:  # runs with different layer counts: geometry features don't line up
             width = min(len(row) for row in rows)
             rows = [row[:width] for row in rows]
         x = np.hstack([np.array(rows), np.ones((len(rows), 1))])
         y = np.array(targets)
-        penalty_matrix = penalty * np.eye(x.shape[1])
+        penalty_matrix = self.penalty * np.eye(x.shape[1])
         penalty_matrix[-1, -1] = 0.0
         weights = np.linalg.solve(x.T @ x + penalty_matrix, x.T @ y)
         residual = y - x @ weights
-        model.weights = weights.tolist()
-        model.scale = float(np.sqrt(residual @ residual / max(1, len(y) - x.shape[1])))
-        return model
+        scale = float(np.sqrt(residual @ residual / max(1, len(y) - x.shape[1])))
+        self.set_fitted(weights=weights.tolist(), scale=scale, clock=clock.table_)
+        return self
 
-    def forecast(self, run: RunView) -> tuple[float, float, float] | None:
-        if self.weights is None:
-            return None
-        clock_step = self.clock.forecast(run)
-        features = run_features(run, clock_step[0] if clock_step else None, self.geometry)[: len(self.weights) - 1]
-        if len(features) != len(self.weights) - 1:
-            return None
-        log_step = float(np.dot(features, self.weights[:-1]) + self.weights[-1])
-        spread = 1.645 * self.scale
-        return (max(math.exp(log_step), run.step), max(math.exp(log_step - spread), run.step),
-                max(math.exp(log_step + spread), run.step))
+    def set_fitted(self, weights: Sequence[float] | None, scale: float, clock: Mapping[str, Sequence[float]]
+                   ) -> None:  # type: ignore[override]
+        self.weights_ = None if weights is None else [float(w) for w in weights]
+        self.scale_ = float(scale)
+        self.clock_ = ClockForecaster()
+        self.clock_.set_fitted(table=clock)
 
     def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "weights": self.weights, "scale": self.scale, "clock": self.clock.table,
-                "geometry": self.geometry}
+        settings = super().settings()
+        if isinstance(settings["clock"], ClockForecaster):
+            settings["clock"] = settings["clock"].table_
+        return settings
+
+    def forecast(self, run: RunView) -> tuple[float, float, float] | None:
+        weights = getattr(self, "weights_", None)
+        if weights is None:
+            return None
+        clock_step = self.clock_.forecast(run)
+        features = run_features(run, clock_step[0] if clock_step else None, self.geometry)[: len(weights) - 1]
+        if len(features) != len(weights) - 1:
+            return None
+        log_step = float(np.dot(features, weights[:-1]) + weights[-1])
+        spread = 1.645 * self.scale_
+        return math.exp(log_step), math.exp(log_step - spread), math.exp(log_step + spread)

@@ -10,12 +10,12 @@ evaluation-to-evaluation noise.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
-from capgeo_callbacks.detection.alerts import Alert, scan_alerts
+from capgeo_callbacks.detection.alerts import Alert, CollapseAlert, scan_alerts
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.rules.base import Rule, RuleOutput, RunView
+from capgeo_callbacks.keys import ACC, RANKME, by_layer
+from capgeo_callbacks.rules.base import Needs, Rule, RuleOutput, RunView
 
 __all__ = ["GeometryRule", "StudyRule"]
 
@@ -29,19 +29,23 @@ class StudyRule(Rule):
     """
 
     name = "study"
-    needs = ("acc", "rankme/")
 
-    def __init__(self, settings: DetectionSettings | None = None, rankme_prefix: str = "rankme/") -> None:
+    def __init__(self, settings: DetectionSettings | None = None, rankme_prefix: str = RANKME) -> None:
         self.detection = settings if settings is not None else DetectionSettings()
         self.rankme_prefix = rankme_prefix
+
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        return Needs(series=(ACC, f"{self.rankme_prefix}*"))
 
     def settings_for(self, run: RunView) -> DetectionSettings:
         return self.detection
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
-        rankme = {tag[len(self.rankme_prefix):]: list(run.values(tag)) for tag in run.tags(self.rankme_prefix)}
-        new = scan_alerts(list(run.steps), list(run.values("acc")), rankme, self.settings_for(run), raised)
-        return RuleOutput(alerts=[replace(alert, rule=self.name) for alert in new])
+        rankme = by_layer({tag: list(run.values(tag)) for tag in run.tags(self.rankme_prefix)}, self.rankme_prefix)
+        earlier = [alert for alert in raised if isinstance(alert, CollapseAlert)]
+        return RuleOutput(alerts=scan_alerts(list(run.steps), list(run.values(ACC)), rankme, self.settings_for(run),
+                                             earlier, rule=self.name))
 
     def settings(self) -> dict[str, Any]:
         return {"detection": self.detection.to_dict(), "rankme_prefix": self.rankme_prefix}
@@ -66,7 +70,7 @@ class GeometryRule(StudyRule):
     name = "geometry-guarded"
 
     def __init__(self, settings: DetectionSettings | None = None, guard_warmups: float = 2.0,
-                 rankme_prefix: str = "rankme/") -> None:
+                 rankme_prefix: str = RANKME) -> None:
         super().__init__(settings if settings is not None else DetectionSettings(noise_units=3.0), rankme_prefix)
         if guard_warmups < 0:
             raise ValueError(f"guard_warmups must be >= 0, got {guard_warmups}")

@@ -1,5 +1,7 @@
-"""Helpers the callbacks, the Hugging Face callback and offline analysis share (no callback class here): the
-failure rule, appending a measured point, argument checks, the default watched layers."""
+"""The failure rule: bad input raises at once, naming what was wrong; anything that fails later (a measure, a
+logger, a file, a rule) is reported once and skipped, and training goes on (docs/design.md, "Failures and side
+effects"). :class:`WarnOnce` is the one way capgeo reports a problem once.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +11,42 @@ from typing import Any, TypeVar
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-__all__ = ["DEFAULT_LAYERS", "append_point", "check_callable", "check_positive_int", "never_fails"]
+__all__ = ["WarnOnce", "check_callable", "check_positive_int", "never_fails"]
 
 Hook = TypeVar("Hook", bound=Callable[..., Any])
-DEFAULT_LAYERS = ("**.blocks.*", "**.norm_f")  # capgeo's transformer: the residual stream of each block, final norm
+
+
+class WarnOnce:
+    """``warn(key, message)``: emits ``message`` the first time ``key`` is seen, and keeps every message emitted.
+
+    Args:
+        owner: prefixed to each message (``"RankMeMonitor: ..."``); empty for none.
+        emit: how a message is shown (default: a ``UserWarning`` on rank zero, Lightning's ``rank_zero_warn``).
+    """
+
+    def __init__(self, owner: str = "", emit: Callable[[str], Any] | None = None) -> None:
+        self.owner = owner
+        self.emit = emit if emit is not None else rank_zero_warn
+        self.messages: list[str] = []
+        self._seen: set[str] = set()
+
+    def __call__(self, key: str, message: str) -> bool:
+        """Report ``message`` unless ``key`` was reported before; whether it was reported now."""
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        text = f"{self.owner}: {message}" if self.owner else message
+        self.messages.append(text)
+        self.emit(text)
+        return True
 
 
 def never_fails(hook: Hook) -> Hook:
-    """Run a callback hook; if it raises, warn once per hook and error type and return ``None``.
+    """Run a hook; if it raises, warn once per hook and error type and return ``None``.
 
-    Applied to every hook that runs during training, never to ``__init__`` or ``setup`` (configuration
-    errors must stop the run before it starts). Under DDP a hook that fails on one rank between
-    collectives may leave the other ranks waiting: the collectives come first in each hook.
+    Applied to every hook that runs during training, never to ``__init__`` or ``setup`` (configuration errors
+    must stop the run before it starts). Under DDP a hook that fails on one rank between collectives may leave
+    the other ranks waiting: the collectives come first in each hook.
     """
 
     @functools.wraps(hook)
@@ -28,22 +54,13 @@ def never_fails(hook: Hook) -> Hook:
         try:
             return hook(self, *args, **kwargs)
         except Exception as error:  # noqa: BLE001 - the rule: report and skip, never stop training
-            key = (hook.__name__, type(error).__name__)
-            failures = self.__dict__.setdefault("_failures", set())
-            if key not in failures:
-                failures.add(key)
-                rank_zero_warn(f"{type(self).__name__}.{hook.__name__} failed ({type(error).__name__}: "
-                               f"{str(error)[:300]}); skipped, training goes on (reported once)")
+            failures = self.__dict__.setdefault("_failures", WarnOnce())
+            failures(f"{hook.__name__}:{type(error).__name__}",
+                     f"{type(self).__name__}.{hook.__name__} failed ({type(error).__name__}: {str(error)[:300]}); "
+                     "skipped, training goes on (reported once)")
             return None
 
     return guarded  # type: ignore[return-value]
-
-
-def append_point(points: list[list[float]], step: int, value: float) -> None:
-    """Append (step, value), first dropping points at or after ``step`` (a resumed run re-validating)."""
-    if points and points[-1][0] >= step:
-        points[:] = [p for p in points if p[0] < step]
-    points.append([step, value])
 
 
 def check_positive_int(name: str, value: Any, minimum: int = 1) -> None:

@@ -1,46 +1,53 @@
-"""The live tracker: one run's evaluation record, the rules it runs, their alerts and forecasts, its summary.
+"""The tracker: one run's evaluation record, the rules it runs on it, their alerts and forecasts.
 
-The Lightning callback (:class:`~capgeo_callbacks.PrecursorDetector`), the Hugging Face callback and a plain
-Python loop all feed one :class:`RunTracker` at each evaluation; offline analysis replays a finished run
-through the same object, so the alerts, forecasts and summary are the same whichever fed it.
+Fed one evaluation at a time by the run session (:class:`~capgeo_callbacks.run.session.RunSession`), live or
+offline; a plain Python loop can feed it too. Each rule is asked through
+:func:`~capgeo_callbacks.rules.rule_output`, as a replay asks it, so the record is the same whoever feeds it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from capgeo_callbacks.detection.alerts import Alert
+from capgeo_callbacks.detection.alerts import Alert, alert_from_record
 from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.series import Points, as_float, as_step, split_points
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.rules.base import Forecast, Rule, RunView
+from capgeo_callbacks.keys import LOGPROB, RANKME, TOKEN_ACC, VAL_ACC
+from capgeo_callbacks.rules.base import Forecast, Rule, RunView, rule_output
 from capgeo_callbacks.rules.geometry import StudyRule
+from capgeo_callbacks.run.summary import build_summary
 
-__all__ = ["RunTracker", "TrackerUpdate"]
+__all__ = ["RunTracker", "TrackerUpdate", "forecast_from_record", "forecast_record", "record_of"]
 
 
 @dataclass(frozen=True)
 class TrackerUpdate:
-    """What one evaluation brought: the alerts raised and the forecasts made at it."""
+    """What one evaluation brought: the alerts raised and the forecasts made at it, and (at the first evaluation)
+    the rules left out for lack of their inputs, with the keys each lacks."""
 
     alerts: list[Alert] = field(default_factory=list)
     forecasts: list[Forecast] = field(default_factory=list)
+    left_out: dict[str, list[str]] = field(default_factory=dict)
 
 
 class RunTracker:
     """Owns one run's record (accuracy and every recorded scalar), runs its rules at each evaluation, and
     builds the summary.
 
+    At the first evaluation, each rule whose needs (:class:`~capgeo_callbacks.rules.Needs`) the run does not meet
+    is left out: it emits nothing for the rest of the run, and the update names what it lacks.
+
     Args:
-        rules: the rules to run live (default: the study's rule on ``settings``); names must be unique.
+        rules: the rules to run (default: the study's rule on ``settings``); names must be unique.
         settings: detection settings (acquisition, labels, collapse; the study rule's).
         run_info: what is known of the run before it starts (task, budget, warm-up, chance...): stored at the top
-            of the summary and shown to the rules.
+            of the summary and shown to the rules as run facts.
         monitor: the accuracy's logged name (the summary's ``monitor``; its series is ``acc``).
-        logprob_key: the answer log-prob's name among the scalars (log-prob emergence, loss rules).
+        logprob_key: the answer log-prob's name among the scalars (log-prob emergence).
         token_acc_key: the per-token accuracy's name among the scalars (chance label).
         rankme_prefix: tag prefix of the RankMe series.
 
@@ -50,16 +57,18 @@ class RunTracker:
         for step, acc, scalars, measured in evaluations:
             update = tracker.update(step, acc, scalars, measured)
             for alert in update.alerts:
-                print(alert)
+                print(alert.message())
         summary = tracker.summary(measured)
     """
 
     def __init__(self, rules: Sequence[Rule] | None = None, settings: DetectionSettings | None = None,
-                 run_info: Mapping[str, Any] | None = None, monitor: str = "val/acc",
-                 logprob_key: str | None = "val/logprob", token_acc_key: str | None = "val/token_acc",
-                 rankme_prefix: str = "rankme/") -> None:
+                 run_info: Mapping[str, Any] | None = None, monitor: str = VAL_ACC,
+                 logprob_key: str | None = LOGPROB, token_acc_key: str | None = TOKEN_ACC,
+                 rankme_prefix: str = RANKME) -> None:
         if settings is not None and not isinstance(settings, DetectionSettings):
             raise ValueError(f"settings must be a DetectionSettings, got {type(settings).__name__}")
+        if run_info is not None and not isinstance(run_info, Mapping):
+            raise ValueError(f"run_info must be a mapping of summary fields, got {type(run_info).__name__}")
         self.settings = settings if settings is not None else DetectionSettings()
         self.rules = list(rules) if rules is not None else [StudyRule(self.settings, rankme_prefix)]
         bad = [rule for rule in self.rules if not isinstance(rule, Rule)]
@@ -75,6 +84,7 @@ class RunTracker:
         self.scalars: dict[str, list[list[float]]] = {}  # every other recorded scalar, by tag
         self.alerts: list[Alert] = []  # every rule's, in the order raised
         self.forecasts: dict[str, list[Forecast]] = {}  # by rule
+        self.left_out: dict[str, list[str]] = {}  # rule -> the keys it lacked at the first evaluation
 
     @property
     def steps(self) -> list[int]:
@@ -98,6 +108,7 @@ class RunTracker:
         step, value = as_step(step), as_float("acc", acc)
         if self.acc and step <= self.acc[-1][0]:
             return TrackerUpdate()
+        first = not self.acc
         self.acc.append([step, value])
         for tag, scalar in (scalars or {}).items():
             scalar = as_float(tag, scalar)
@@ -105,8 +116,15 @@ class RunTracker:
                 self.scalars.setdefault(tag, []).append([step, scalar])
         view = self.view(measured)
         update = TrackerUpdate()
+        if first:
+            self.left_out = {rule.name: missing for rule in self.rules
+                             if (missing := rule.needs.missing(view.series, self.run_info))}
+            update.left_out.update(self.left_out)
         for rule in self.rules:
-            output = rule.update(view, [alert for alert in self.alerts if alert.rule == rule.name])
+            if rule.name in self.left_out:
+                continue
+            output = rule_output(rule, view, [alert for alert in self.alerts if alert.rule == rule.name],
+                                 self.settings)
             self.alerts += output.alerts
             update.alerts.extend(output.alerts)
             if output.forecast is not None:
@@ -117,18 +135,16 @@ class RunTracker:
     def summary(self, measured: Mapping[str, Points] | None = None, *, steps: int | None = None,
                 parameters: int | None = None, rows: Mapping[str, int] | None = None,
                 selectors: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """The run summary (:func:`~capgeo_callbacks.run.summary.build_summary`) with the rules, their alerts and
-        their forecasts."""
-        from capgeo_callbacks.run.summary import build_summary  # the summary module imports detection
-
-        scalars = {tag: points for tag, points in self.scalars.items() if tag != self.logprob_key}
+        """The run summary (:func:`~capgeo_callbacks.run.summary.build_summary`) with the rules, those left out,
+        their alerts and their forecasts."""
         summary = build_summary(
-            acc=self.acc, series={**(measured or {}), **scalars}, settings=self.settings, alerts=self.alerts,
+            acc=self.acc, series={**(measured or {}), **self.scalars}, settings=self.settings, alerts=self.alerts,
             monitor=self.monitor, rankme_prefix=self.rankme_prefix, logprob_key=self.logprob_key,
-            logprob=self.scalars.get(self.logprob_key, []) if self.logprob_key else None,
             token_acc_key=self.token_acc_key, run_info=self.run_info, steps=steps, parameters=parameters,
             rows=rows, selectors=selectors)
         summary["rules"] = {rule.name: rule.settings() for rule in self.rules}
+        if self.left_out:
+            summary["rules_left_out"] = {name: list(missing) for name, missing in self.left_out.items()}
         summary["forecasts"] = {name: [forecast_record(f) for f in made] for name, made in self.forecasts.items()}
         return summary
 
@@ -136,28 +152,45 @@ class RunTracker:
         return {"acc": [list(p) for p in self.acc],
                 "scalars": {tag: [list(p) for p in points] for tag, points in self.scalars.items()},
                 "alerts": [asdict(alert) for alert in self.alerts],
-                "forecasts": {name: [forecast_record(f) for f in made] for name, made in self.forecasts.items()}}
+                "forecasts": {name: [forecast_record(f) for f in made] for name, made in self.forecasts.items()},
+                "left_out": {name: list(missing) for name, missing in self.left_out.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.acc = [list(p) for p in state.get("acc", [])]
         self.scalars = {tag: [list(p) for p in points] for tag, points in state.get("scalars", {}).items()}
-        known = {item.name for item in fields(Alert)}
-        self.alerts = [Alert(**{k: tuple(v) if k == "layers" else v for k, v in alert.items() if k in known})
-                       for alert in state.get("alerts", [])]
-        self.forecasts = {name: [forecast_from_record(name, record) for record in made]
+        self.alerts = [alert_from_record(alert) for alert in state.get("alerts", [])]
+        self.forecasts = {name: [forecast_from_record(name, record) for record in made
+                                 if record.get("predicted") is not None or record.get("beyond")]
                           for name, made in state.get("forecasts", {}).items()}
+        self.left_out = {name: list(missing) for name, missing in state.get("left_out", {}).items()}
 
 
 def forecast_record(forecast: Forecast) -> dict[str, Any]:
     """A forecast as JSON: ``predicted`` None with ``beyond`` true when it is not expected within reach."""
-    beyond = forecast.predicted is not None and math.isinf(forecast.predicted)
+    beyond = math.isinf(forecast.predicted)
     finite = lambda value: None if value is None or math.isinf(value) else float(value)  # noqa: E731
     return {"step": forecast.step, "predicted": finite(forecast.predicted), "beyond": beyond,
             "low": finite(forecast.low), "high": finite(forecast.high)}
 
 
 def forecast_from_record(rule: str, record: Mapping[str, Any]) -> Forecast:
-    predicted = math.inf if record.get("beyond") else record.get("predicted")
+    predicted = math.inf if record.get("beyond") else float(record["predicted"])
     high = record.get("high")
-    return Forecast(rule, int(record["step"]), predicted, record.get("low"),
-                    math.inf if high is None and predicted is not None else high)
+    return Forecast(rule, int(record["step"]), predicted, record.get("low"), math.inf if high is None else high)
+
+
+def record_of(state: Mapping[str, Any], logprob_key: str | None = LOGPROB) -> dict[str, Any]:
+    """The tracker's record in a checkpointed state: under ``record``, or in the two earlier layouts (a ``tracker``
+    with parallel ``steps`` and ``acc`` lists and the log-prob as ``logprob_series``; or ``acc``, ``scalars`` or
+    ``logprob`` and ``alerts`` at the top level), whose alerts are the study rule's."""
+    if "record" in state:
+        return dict(state["record"])
+    older = state.get("tracker", {})
+    pairs = zip(older.get("steps", []), older.get("acc", []), strict=True)
+    acc = [[s, a] for s, a in pairs if a is not None] if "tracker" in state else state.get("acc", [])
+    scalars = dict(state.get("scalars", {}))
+    logprob = state.get("logprob_series", state.get("logprob", []))
+    if logprob and logprob_key and logprob_key not in scalars:
+        scalars[logprob_key] = logprob
+    alerts = [{**alert, "rule": alert.get("rule", "study")} for alert in state.get("alerts", [])]
+    return {"acc": acc, "scalars": scalars, "alerts": alerts}

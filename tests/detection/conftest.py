@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from capgeo_callbacks.detection import Alert
+from capgeo_callbacks.detection import DEFAULT_SETTINGS, Alert, DetectionSettings
+from capgeo_callbacks.rules import RunView, StudyRule, replay
 from capgeo_callbacks.run.tracker import RunTracker
 
 STEPS = [100 * i for i in range(20)]
@@ -42,3 +43,11 @@ def feed(tracker: RunTracker, steps: Sequence[int], acc: Sequence[float],
 def core(alerts: list[Alert]) -> list[tuple]:
     """What an alert says happened (its evidence fields aside): kind, layer, step, collapse, floor, recovery."""
     return [(a.kind, a.layer, a.step, a.collapse_step, a.floor, a.recovery_step) for a in alerts]
+
+
+def replayed(steps: Sequence[int], acc: Sequence[float], layers: Mapping[str, Sequence[float]],
+             settings: DetectionSettings = DEFAULT_SETTINGS) -> list[Alert]:
+    """Every alert the study's rule raises on these series, replayed evaluation by evaluation."""
+    series = {f"rankme/{name}": points(steps, values) for name, values in layers.items()}
+    view = RunView.from_points(points(steps, acc), series)
+    return replay(StudyRule(settings), view, settings=settings)[0]

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from capgeo_callbacks.detection import (
     Alert,
     DetectionSettings,
+    alert_from_record,
     detect_acquisition,
     detect_collapse,
-    replay_alerts,
     scan_alerts,
 )
 from capgeo_callbacks.run.tracker import RunTracker
@@ -28,6 +28,7 @@ from tests.detection.conftest import (
     STEPS,
     core,
     feed,
+    replayed,
 )
 
 LAYERS = {"blocks.0": PRECURSOR_RANKME, "blocks.1": LATE_RANKME}
@@ -69,10 +70,10 @@ def test_scan_alerts_run_alert_is_the_first_layer_s() -> None:
 def test_scan_alerts_deepest_layer_and_layers_required() -> None:
     both = {"x": PRECURSOR_RANKME, "y": LATE_RANKME}
     # only the deepest (last) layer may alert: y's later collapse
-    deepest = replay_alerts(STEPS, PRECURSOR_ACC, both, DetectionSettings(alert_layers="deepest"))
+    deepest = replayed(STEPS, PRECURSOR_ACC, both, DetectionSettings(alert_layers="deepest"))
     assert core(deepest) == [("layer", "y", 1400, 1100, 3.0, 1400), ("run", "y", 1400, 1100, 3.0, 1400)]
     # two layers required: the run alert waits for the second layer, and names both
-    two = replay_alerts(STEPS, PRECURSOR_ACC, both, DetectionSettings(layers_required=2))
+    two = replayed(STEPS, PRECURSOR_ACC, both, DetectionSettings(layers_required=2))
     assert core(two) == [("layer", "x", 1100, 800, 3.0, 1100), ("layer", "y", 1400, 1100, 3.0, 1400),
                          ("run", "x", 1400, 800, 3.0, 1100)]
     assert two[-1].layers == ("x", "y")
@@ -85,33 +86,33 @@ def test_scan_alerts_uses_the_settings() -> None:
         "layer", "blocks.0", 1200, 800, 3.0, 1200)
     # threshold 0.1, patience 2: acquisition (0.1, 0.2 at 1300, 1400) is confirmed at step 1400, the
     # evaluation at which blocks.1 would alert: it does not
-    assert core(replay_alerts(STEPS, PRECURSOR_ACC, LAYERS, DetectionSettings(threshold=0.1, patience=2))) == (
+    assert core(replayed(STEPS, PRECURSOR_ACC, LAYERS, DetectionSettings(threshold=0.1, patience=2))) == (
         EXPECTED[:2])
-    assert core(replay_alerts(STEPS, PRECURSOR_ACC, LAYERS, DetectionSettings(threshold=0.1, patience=3))) == (
+    assert core(replayed(STEPS, PRECURSOR_ACC, LAYERS, DetectionSettings(threshold=0.1, patience=3))) == (
         EXPECTED)
-    assert replay_alerts(STEPS, [1.0] * 20, LAYERS, DetectionSettings(patience=1)) == []
+    assert replayed(STEPS, [1.0] * 20, LAYERS, DetectionSettings(patience=1)) == []
 
 
 def test_no_alert_once_acquired() -> None:
-    assert replay_alerts(STEPS, SIMULTANEOUS_ACC, {"a": SIMULTANEOUS_RANKME}) == []
+    assert replayed(STEPS, SIMULTANEOUS_ACC, {"a": SIMULTANEOUS_RANKME}) == []
     # a precursor-shaped layer, but acquisition (patience 3) is confirmed at step 1000, before recovery at 1100
     acc = [0.0] * 8 + [0.6] * 12
     assert detect_acquisition(STEPS[:11], acc[:11]) == 800
-    assert replay_alerts(STEPS, acc, {"a": PRECURSOR_RANKME}) == []
+    assert replayed(STEPS, acc, {"a": PRECURSOR_RANKME}) == []
     assert scan_alerts(STEPS, acc, {"a": PRECURSOR_RANKME}) == []
 
 
 def test_replay_equals_feeding_the_tracker() -> None:
     tracker = RunTracker()
     assert core(feed(tracker, STEPS, PRECURSOR_ACC, LAYERS)) == EXPECTED
-    assert feed(RunTracker(), STEPS, PRECURSOR_ACC, LAYERS) == replay_alerts(STEPS, PRECURSOR_ACC, LAYERS)
+    assert feed(RunTracker(), STEPS, PRECURSOR_ACC, LAYERS) == replayed(STEPS, PRECURSOR_ACC, LAYERS)
 
 
 @pytest.mark.parametrize("cut", [5, 10, 11, 12, 14])
 def test_resuming_from_saved_alerts_repeats_nothing_and_loses_nothing(cut: int) -> None:
-    before = replay_alerts(*prefix(cut))
+    before = replayed(*prefix(cut))
     stored = json.loads(json.dumps([asdict(a) for a in before]))
-    saved = [Alert(**{**alert, "layers": tuple(alert["layers"])}) for alert in stored]
+    saved = [alert_from_record(alert) for alert in stored]
     after: list[Alert] = []
     for end in range(cut + 1, len(STEPS) + 1):
         after += scan_alerts(*prefix(end), raised=saved + after)
@@ -146,10 +147,10 @@ def runs(draw: st.DrawFn) -> tuple[list[int], list[float], dict[str, list[float]
 
 @settings(max_examples=150, deadline=None)
 @given(runs())
-def test_replay_alerts_properties(run: tuple[list[int], list[float], dict[str, list[float]], DetectionSettings]
+def test_replayed_alerts_properties(run: tuple[list[int], list[float], dict[str, list[float]], DetectionSettings]
                                   ) -> None:
     steps, acc, layers, detection = run
-    alerts = replay_alerts(steps, acc, layers, detection)
+    alerts = replayed(steps, acc, layers, detection)
     # the same alerts, in the same order, as feeding the evaluations one at a time
     tracker = RunTracker(settings=detection)
     assert feed(tracker, steps, acc, layers) == alerts

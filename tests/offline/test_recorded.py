@@ -7,8 +7,9 @@ import json
 import logging
 from pathlib import Path
 
-from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.offline.measured import WarningLog
+
+from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.offline.recorded import (
     MonitorConfig,
     recorded_datamodule,

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from capgeo_callbacks.detection import DetectionSettings, replay_alerts
+from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.publish.figures import figure_pixels, plot_run, rankme_heatmap, story_figure
 from capgeo_callbacks.run.summary import build_summary
+from tests.detection.conftest import replayed
 
 STEPS = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
 RANKME = [30.0, 28.0, 20.0, 8.0, 3.0, 2.5, 2.6, 4.0, 9.0, 14.0, 18.0, 20.0, 21.0]
@@ -17,11 +18,11 @@ ACC = [0.0] * 9 + [0.2, 0.6, 0.9, 1.0]
 
 def summary() -> dict:
     rankme = {"norm_f": RANKME}
-    alerts = replay_alerts(STEPS, ACC, rankme, DetectionSettings())
+    alerts = replayed(STEPS, ACC, rankme, DetectionSettings())
     return build_summary(acc=[[s, a] for s, a in zip(STEPS, ACC, strict=True)],
-                         series={"rankme/norm_f": [[s, v] for s, v in zip(STEPS, RANKME, strict=True)]},
+                         series={"rankme/norm_f": [[s, v] for s, v in zip(STEPS, RANKME, strict=True)],
+                                 "val/logprob": [[s, -3.0 + 2.9 * a] for s, a in zip(STEPS, ACC, strict=True)]},
                          settings=DetectionSettings(), alerts=alerts, logprob_key="val/logprob",
-                         logprob=[[s, -3.0 + 2.9 * a] for s, a in zip(STEPS, ACC, strict=True)],
                          run_info={"task": "copy", "difficulty": "hard", "size": "xs"})
 
 

@@ -30,6 +30,7 @@ from capgeo_callbacks import (
     register_measure,
     unregister_measure,
 )
+from capgeo_callbacks.capture.layers import DEFAULT_LAYERS
 from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.detection.settings import MEASURE_TRANSITIONS, transition_kind
 from capgeo_callbacks.registry import (
@@ -41,7 +42,6 @@ from capgeo_callbacks.registry import (
     measures_markdown,
     resolve_measures,
 )
-from capgeo_callbacks.run.failures import DEFAULT_LAYERS
 from tests.callbacks.helpers import TinyAnswerLM, answer_loaders
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,19 +11,19 @@ import numpy as np
 import pytest
 import torch
 
-from capgeo_callbacks.detection import Alert, DetectionSettings, detect_run, replay_alerts
+from capgeo_callbacks.detection import Alert, CollapseAlert, DetectionSettings, detect_run
+from capgeo_callbacks.publish.text import verdict_table
 from capgeo_callbacks.run.summary import (
     COMPUTED_KEYS,
     OFFLINE_SUMMARY_FILENAME,
     SUMMARY_FILENAME,
-    alert_message,
     build_summary,
     json_safe,
     read_summary,
     run_info_of,
-    verdict_table,
     write_summary,
 )
+from tests.detection.conftest import replayed
 
 STEPS = [100 * i for i in range(20)]
 # blocks.0: trough 800, recovered 1100; acquisition 1500 -> precursor, gap 700. blocks.1: flat, no collapse.
@@ -51,12 +51,13 @@ def series() -> dict[str, list[list[float]]]:
 
 
 def alerts() -> list[Alert]:
-    return replay_alerts(STEPS, ACC, {"blocks.0": RANKME_0, "blocks.1": RANKME_1})
+    return replayed(STEPS, ACC, {"blocks.0": RANKME_0, "blocks.1": RANKME_1})
 
 
 def summary(**changes: object) -> dict:
-    arguments = {"acc": points(STEPS, ACC), "series": series(), "settings": DetectionSettings(),
-                 "alerts": alerts(), "monitor": "val/acc_seq", "logprob_key": "val/logprob", "logprob": LOGPROB,
+    arguments = {"acc": points(STEPS, ACC), "series": {**series(), "val/logprob": LOGPROB},
+                 "settings": DetectionSettings(), "alerts": alerts(), "monitor": "val/acc_seq",
+                 "logprob_key": "val/logprob",
                  "run_info": RUN_INFO, "parameters": 1234, "rows": {"rankme/blocks.0": 256},
                  "selectors": {"rankme": "answer"}}
     return build_summary(**{**arguments, **changes})  # type: ignore[arg-type]
@@ -99,7 +100,7 @@ def test_build_summary_alerts_and_series() -> None:
     built = summary()
     raised = alerts()
     assert [alert["kind"] for alert in built["alerts"]] == ["layer", "run"]
-    assert built["alerts"] == [{"message": alert_message(alert, "val/acc_seq"), **asdict(alert)} for alert in raised]
+    assert built["alerts"] == [{"message": alert.message("val/acc_seq"), **asdict(alert)} for alert in raised]
     assert built["alerts"][0]["message"].startswith("capgeo precursor alert at step 1100")
     assert list(built["series"]) == ["acc", *series(), "val/logprob"]
     assert built["series"]["acc"] == points(STEPS, [float(a) for a in ACC])
@@ -109,7 +110,7 @@ def test_build_summary_alerts_and_series() -> None:
 
 def test_build_summary_plain_types_and_defaults() -> None:
     acc = [[np.int64(s), np.float32(a)] for s, a in zip(STEPS, ACC, strict=True)]
-    built = summary(acc=acc, steps=2500, alerts=(), logprob=None, run_info=None, parameters=None)
+    built = summary(acc=acc, steps=2500, alerts=(), series=series(), run_info=None, parameters=None)
     assert built["steps"] == 2500 and built["parameters"] is None and built["alerts"] == []
     assert list(built)[0] == "parameters"
     assert "val/logprob" not in built["series"] and built["logprob_emergence_step"] is None
@@ -132,15 +133,18 @@ def test_build_summary_rankme_prefix() -> None:
 
 
 def test_alert_message() -> None:
-    layer = Alert("layer", "blocks.0", 1100, 800, 3.0, 1100)
-    assert alert_message(layer) == (
+    layer = CollapseAlert(kind="layer", layer="blocks.0", step=1100, collapse_step=800, floor=3.0, recovery_step=1100)
+    assert layer.message() == (
         "capgeo precursor alert at step 1100: RankMe of layer blocks.0 collapsed at step 800 (floor 3.00) and "
         "recovered by step 1100, while val/acc is still below the acquisition threshold")
-    run = Alert("run", "blocks.2", 1400, 900, 2.345, 1300)
-    assert alert_message(run, "val/exact_match") == (
+    run = CollapseAlert(kind="run", layer="blocks.2", step=1400, collapse_step=900, floor=2.345, recovery_step=1300)
+    assert run.message("val/exact_match") == (
         "capgeo precursor alert at step 1400: RankMe of the run (first layer: blocks.2) collapsed at step 900 "
         "(floor 2.35) and "
         "recovered by step 1300, while val/exact_match is still below the acquisition threshold")
+    generic = Alert(step=600, rule="probe-crossing", evidence="probe probe_acc/blocks.0 reached 0.7")
+    assert generic.message() == "capgeo probe-crossing alert at step 600: probe probe_acc/blocks.0 reached 0.7"
+    assert set(asdict(generic)) == {"kind", "layer", "step", "rule", "evidence"}  # no geometry fields
 
 
 def test_verdict_table_plain() -> None:
@@ -171,7 +175,7 @@ def test_verdict_table_markdown() -> None:
 
 
 def test_verdict_table_without_acquisition() -> None:
-    built = summary(acc=points(STEPS, [0.0] * 20), logprob=None)
+    built = summary(acc=points(STEPS, [0.0] * 20), series=series())
     table = verdict_table(built, markdown=True)
     assert table.startswith("**verdict: not-acquired   gap: - steps   acquisition step: -   log-prob emergence "
                             "step: -   layer-order rho: -**")
@@ -231,7 +235,7 @@ def test_computed_keys_are_what_build_summary_computes() -> None:
 
 
 def test_rules_table_gives_first_warning_lead_and_the_last_forecast_before_acquisition() -> None:
-    from capgeo_callbacks.run.summary import rules_table
+    from capgeo_callbacks.publish.text import rules_table
 
     summary = {
         "acquisition_step": 600,

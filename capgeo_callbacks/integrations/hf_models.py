@@ -1,0 +1,270 @@
+"""Hugging Face causal LMs: their hidden states' labels, loading a saved revision, and measuring one on probe rows.
+
+One pass over the probe rows with ``output_hidden_states=True``: ``hidden_states[0]`` is the token embeddings
+(labelled ``embed``) and ``hidden_states[i]`` the output of block ``i - 1`` (``layers.{i-1}``), except the last,
+which Hugging Face returns *after the final layer norm*: it is labelled ``layers.{L-1}+final_norm`` (hooking the
+final norm module gives the same tensor). The raw output of the last block is not in ``hidden_states`` and is not
+measured. Rows are kept by the :class:`~capgeo_callbacks.capture.hooks.HiddenStateCapture` the Lightning monitors
+use (docs/design.md, "RankMe rows"). Used by the live callback (:mod:`capgeo_callbacks.integrations.hf`) and by
+offline analysis of saved revisions; transformers is imported only where a saved revision is loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from capgeo_callbacks.capture.batches import answer_labels, answer_scores, to_device
+from capgeo_callbacks.capture.hooks import HiddenStateCapture
+from capgeo_callbacks.capture.layers import glob_match
+from capgeo_callbacks.capture.measuring import Measured, probe_of_rows, rankme_of_rows, usable_rows
+from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, Selector, validate_selector
+from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC
+
+__all__ = ["FINAL_NORM_SUFFIX", "HF_NOTE", "MASK_KEY", "TARGET_KEY", "check_model", "check_probe_rows",
+           "hf_layer_labels", "layer_globs", "load_hf", "measure_hf", "probe_batches", "probe_selector"]
+
+FINAL_NORM_SUFFIX = "+final_norm"
+HF_NOTE = ("Hugging Face hidden_states: 'embed' is the token embeddings, 'layers.i' the output of block i; "
+           "the last one, 'layers.{L-1}+final_norm', comes after the final layer norm (the raw output of the "
+           "last block is not in hidden_states)")
+TARGET_KEY = "targets"
+MASK_KEY = "answer_mask"
+
+
+def hf_layer_labels(num_hidden_states: int, num_layers: int) -> list[str]:
+    """Labels of a Hugging Face model's ``hidden_states``: ``embed``, ``layers.0`` ...,
+    ``layers.{L-1}+final_norm`` (the last hidden state comes after the final layer norm).
+
+    With a count other than ``num_layers + 1`` the convention is unknown: ``hidden_states.{i}``.
+    """
+    if num_hidden_states != num_layers + 1:
+        return [f"hidden_states.{i}" for i in range(num_hidden_states)]
+    return ["embed", *[f"layers.{i}" for i in range(num_layers - 1)], f"layers.{num_layers - 1}{FINAL_NORM_SUFFIX}"]
+
+
+def load_hf(path: Path, device: str, dtype: str) -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained(path)`` from local files only, on ``device``, in eval mode.
+
+    Raises:
+        ImportError: if transformers is not installed (the message names the extra to install).
+    """
+    try:
+        import transformers
+    except ImportError as err:
+        raise ImportError("analysing Hugging Face models needs transformers: pip install 'capgeo-callbacks[hf]' "
+                          "(or pip install 'transformers>=4.40')") from err
+    kwargs: dict[str, Any] = {"local_files_only": True}  # never the hub: revisions are local folders
+    version = tuple(int(p) for p in re.findall(r"\d+", transformers.__version__)[:2])
+    # the keyword is dtype from transformers 4.56, torch_dtype before
+    kwargs["dtype" if version >= (4, 56) else "torch_dtype"] = dtype if dtype == "auto" else getattr(torch, dtype)
+    hf_logging = transformers.utils.logging
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a loading bar per revision drowns the table
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
+    return model.to(device).eval()
+
+
+def check_probe_rows(rows: Any) -> dict[str, Tensor]:
+    """A fixed probe set as the live callback takes it: a dict of N-row tensors with ``input_ids`` (N, T), and
+    optionally ``attention_mask``, ``targets`` and ``answer_mask`` (both or neither), on the CPU.
+
+    Raises:
+        ValueError: naming what is wrong and what is expected.
+    """
+    if not isinstance(rows, Mapping) or "input_ids" not in rows:
+        raise ValueError("probe_rows must be a dict with 'input_ids' (N x T integer tensor), optionally "
+                         f"'attention_mask', 'targets' + '{MASK_KEY}'; got "
+                         f"{sorted(rows) if isinstance(rows, Mapping) else type(rows).__name__}")
+    ids = rows["input_ids"]
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype.is_floating_point or ids.shape[0] < 1:
+        raise ValueError(f"probe_rows['input_ids'] must be an N x T integer tensor with N >= 1, got "
+                         f"{getattr(ids, 'dtype', type(ids).__name__)} of shape {tuple(getattr(ids, 'shape', ()))}")
+    bad = [key for key, value in rows.items() if not isinstance(value, Tensor) or value.shape[:2] != ids.shape]
+    if bad:
+        raise ValueError(f"probe_rows[{', '.join(map(repr, bad))}] must be tensors of input_ids' shape "
+                         f"{tuple(ids.shape)}")
+    if (TARGET_KEY in rows) != (MASK_KEY in rows):
+        raise ValueError(f"probe_rows needs both {TARGET_KEY!r} and {MASK_KEY!r} (the answer's tokens and where they "
+                         f"are) or neither; got {sorted(rows)}")
+    return {key: value.detach().cpu() for key, value in rows.items()}
+
+
+def probe_selector(rows: Mapping[str, Tensor], selector: Selector | None) -> Selector:
+    """The token selector for ``rows``: the one given, else ``answer`` when the rows have an answer mask, else
+    ``last``.
+
+    Raises:
+        ValueError: on an unknown selector, or an answer selector without an answer mask.
+    """
+    selector = selector if selector is not None else ("answer" if MASK_KEY in rows else "last")
+    validate_selector(selector)
+    if selector in ANSWER_SELECTORS and MASK_KEY not in rows:
+        raise ValueError(f"selector {selector!r} needs probe_rows[{MASK_KEY!r}]; the rows have {sorted(rows)}. "
+                         "Pass selector='last', 'mean', 'all' or a callable")
+    return selector
+
+
+def layer_globs(layers: str | Sequence[str] | None) -> list[str] | None:
+    """Globs over the hidden-state labels (``embed``, ``layers.*``...), or None for all.
+
+    Raises:
+        ValueError: unless ``layers`` is None, a glob or a non-empty sequence of them.
+    """
+    patterns = None if layers is None else ([layers] if isinstance(layers, str) else list(layers))
+    if patterns is not None and (not patterns or not all(isinstance(p, str) and p for p in patterns)):
+        raise ValueError(f"layers must be globs over embed, layers.<i>, ... (non-empty strings) or None, "
+                         f"got {layers!r}")
+    return patterns
+
+
+def check_model(model: nn.Module | None, layers: Sequence[str] | None, input_ids: Tensor) -> None:
+    """That ``model`` is a Hugging Face model whose hidden states ``layers`` match and whose vocabulary holds the
+    probe tokens.
+
+    Raises:
+        ValueError: naming what does not fit (the hidden-state labels, the vocabulary size).
+    """
+    config = getattr(model, "config", None)
+    num_layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    if model is None or num_layers < 1:
+        raise ValueError(f"a Hugging Face model whose config has num_hidden_layers is needed; got "
+                         f"{type(model).__name__}")
+    labels = hf_layer_labels(num_layers + 1, num_layers)
+    for pattern in layers or ():
+        if not any(glob_match(pattern, label) for label in labels):
+            raise ValueError(f"layer pattern {pattern!r} matches none of {', '.join(labels)}")
+    vocab, top = int(getattr(config, "vocab_size", 0) or 0), int(input_ids.max())
+    if vocab and top >= vocab:
+        raise ValueError(f"probe token id {top} is outside the model's vocabulary ({vocab} tokens)")
+
+
+def probe_batches(rows: Mapping[str, Tensor], batch_size: int) -> list[dict[str, Tensor]]:
+    """The probe rows in batches of ``batch_size``, in order."""
+    n = rows["input_ids"].shape[0]
+    return [{key: value[i:i + batch_size] for key, value in rows.items()} for i in range(0, n, batch_size)]
+
+
+class _AnswerScore:
+    """Exact match of the whole answer, per-token accuracy and mean log-prob of the answer tokens, as capgeo's
+    ``val/acc``, ``val/token_acc`` and ``val/logprob``."""
+
+    def __init__(self) -> None:
+        self.correct = self.examples = self.tokens = 0
+        self.right = self.logprob_sum = 0.0
+
+    def add(self, logits: Tensor, targets: Tensor, mask: Tensor) -> None:
+        scores = answer_scores(logits, targets, mask)
+        self.correct += int(scores["exact"].sum())
+        self.examples += int(mask.shape[0])
+        self.right += float(scores["token_right"].sum())
+        self.logprob_sum += float(scores["token_logprob"].sum())
+        self.tokens += int(scores["token_logprob"].numel())
+
+    def scalars(self) -> dict[str, float]:
+        if not self.examples:
+            return {}
+        tokens = max(self.tokens, 1)
+        return {VAL_ACC: self.correct / self.examples, TOKEN_ACC: self.right / tokens,
+                LOGPROB: self.logprob_sum / tokens}
+
+
+def measure_hf(
+    model: nn.Module,
+    batches: Iterable[Mapping[str, Tensor]],
+    keys: set[str],
+    *,
+    layers: Sequence[str] | None,
+    selector: Selector,
+    num_rows: int,
+    probes: bool,
+    device: str,
+    mask_key: str,
+    warn: Any,
+) -> tuple[Measured, list[str]]:
+    """RankMe (and probe accuracy) of each hidden state, and the answer's scores, on the probe ``batches``.
+
+    Args:
+        model: a causal LM whose forward takes ``output_hidden_states``.
+        batches: the probe rows, in a fixed order.
+        keys: the keys the batches have (``input_ids``, ``targets``, ``answer_mask``...).
+        layers: globs over the labels (``embed``, ``layers.*``); None for all.
+        selector: token rows.
+        num_rows: rows per layer.
+        probes: also held-out linear probe accuracy (needs ``selector="answer"`` and ``targets``).
+        device: where the model is.
+        mask_key: batch key of the answer mask.
+        warn: ``warn(key, message)``, where problems are reported once.
+
+    Returns:
+        The measurements (``val/acc``, ``val/token_acc`` and ``val/logprob`` where the batches have ``targets``
+        and the answer mask) and the measured labels, in depth order.
+
+    Raises:
+        ValueError: if the probe set is empty, does not fit the vocabulary, or ``layers`` matches nothing.
+    """
+    num_layers = int(getattr(model.config, "num_hidden_layers", 0))
+    vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+    score = {TARGET_KEY, mask_key} <= keys  # exact match, per-token accuracy and log-prob of the answer
+    want_probes = probes and score and selector == "answer"
+    if probes and not want_probes:
+        warn("probes-hf", f"probe accuracy needs the 'answer' selector and {TARGET_KEY!r} + {mask_key!r} in the "
+             "probe set (labels are the answer tokens); probes are skipped")
+    labels_fn = (lambda batch: answer_labels(batch, TARGET_KEY, mask_key)) if want_probes else None
+    capture = HiddenStateCapture(selector, num_rows, mask_key, labels_fn=labels_fn, warn=warn)
+    labels: list[str] | None = None
+    keep: list[int] = []
+    answers = _AnswerScore()
+    model.eval()
+    with torch.inference_mode():
+        for batch in batches:
+            if capture.full() and not score:
+                break  # rows complete and nothing else to score: skip the rest of the probe set
+            batch = to_device(batch, device)
+            input_ids = batch["input_ids"]
+            if vocab and int(input_ids.max()) >= vocab:
+                raise ValueError(f"probe token id {int(input_ids.max())} is outside the model's vocabulary "
+                                 f"({vocab} tokens): the probe set does not fit this model")
+            extra = {"attention_mask": batch["attention_mask"]} if "attention_mask" in batch else {}
+            out = model(input_ids=input_ids, output_hidden_states=True, use_cache=False, **extra)
+            if labels is None:
+                labels = hf_layer_labels(len(out.hidden_states), num_layers)
+                if labels[0] != "embed":
+                    warn("hf-labels", f"{type(model).__name__} returned {len(out.hidden_states)} hidden states for "
+                         f"{num_layers} layers; they are labelled hidden_states.i")
+                keep = [i for i, label in enumerate(labels)
+                        if layers is None or any(glob_match(pattern, label) for pattern in layers)]
+                if not keep:
+                    raise ValueError(f"layer patterns {list(layers or [])} match none of {', '.join(labels)}")
+                capture.start([labels[i] for i in keep])
+            capture.set_batch(batch)
+            for i in keep:
+                capture.add(labels[i], out.hidden_states[i])
+            if score:
+                answers.add(out.logits, batch[TARGET_KEY], batch[mask_key].to(torch.bool))
+    if labels is None:
+        raise ValueError("the probe set is empty")
+    result = Measured(rankme={}, scalars=answers.scalars(), parameters=sum(p.numel() for p in model.parameters()))
+    for label, (z, y) in capture.take().items():
+        result.rankme[label] = math.nan
+        if not usable_rows(label, z.shape[0], 2, num_rows, warn):
+            continue
+        value = rankme_of_rows(label, z, 1e-7, None, warn)
+        if value is None:
+            continue
+        result.rankme[label], result.rows[f"{RANKME}{label}"] = value, int(z.shape[0])
+        if y is not None and y.shape[0] == z.shape[0] and z.shape[0] >= 4:
+            probe = probe_of_rows(label, z, y, 1e-3, None, warn)
+            if probe is not None:
+                result.probe_acc[label], result.rows[f"{PROBE_ACC}{label}"] = probe, int(z.shape[0])
+    return result, [labels[i] for i in keep]

@@ -1,0 +1,63 @@
+"""The names of the series capgeo records and reads, in one place.
+
+A run's record holds the monitored accuracy as ``acc`` and every other series under the tag it was logged with:
+the validation scalars a module logs (``val/...``), the training loss and learning rate, and one series per layer
+under a measure's prefix (``rankme/<layer>``, ``probe_acc/<layer>``). Rules name what they read with these keys
+(:class:`~capgeo_callbacks.rules.Needs`); :data:`HOW_TO_RECORD` says how a missing one is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar
+
+__all__ = [
+    "ACC",
+    "FORECAST",
+    "HOW_TO_RECORD",
+    "LOGPROB",
+    "LR",
+    "PROBE_ACC",
+    "RANKME",
+    "TOKEN_ACC",
+    "TRAIN_LOSS",
+    "VAL_ACC",
+    "by_layer",
+    "how_to_record",
+]
+
+ACC = "acc"  # the monitored accuracy, whatever name it was logged under
+VAL_ACC = "val/acc"  # exact match of the whole answer: the accuracy capgeo monitors by default
+LOGPROB = "val/logprob"  # mean log-probability of the correct answer tokens
+TOKEN_ACC = "val/token_acc"  # accuracy per answer token
+TRAIN_LOSS = "train/loss"  # mean training loss since the previous evaluation
+LR = "lr"  # the first optimizer's learning rate
+RANKME = "rankme/"  # RankMe of each watched layer: rankme/<layer>
+PROBE_ACC = "probe_acc/"  # held-out linear probe accuracy of each watched layer: probe_acc/<layer>
+FORECAST = "forecast/"  # each forecaster's predicted acquisition step: forecast/<rule>
+
+HOW_TO_RECORD = {
+    RANKME: "attach RankMeMonitor(layers=...) to the Trainer",
+    PROBE_ACC: "attach LinearProbeMonitor(layers=...) to the Trainer",
+    "chance": "pass the chance level in run_info={'chance': Chance(...).to_dict()}",
+    "warmup_steps": "pass run_info={'warmup_steps': N}",
+    "max_steps": "pass run_info={'max_steps': N}",
+}
+
+Value = TypeVar("Value")
+
+
+def how_to_record(key: str) -> str:
+    """How a missing series or run fact gets recorded, in words (the one-time message of a rule left out)."""
+    if key in HOW_TO_RECORD:
+        return HOW_TO_RECORD[key]
+    if key.endswith("/*") and key[:-1] in HOW_TO_RECORD:
+        return HOW_TO_RECORD[key[:-1]]
+    if "/" in key:
+        return f"log it at every evaluation, e.g. self.log({key!r}, value) in validation_step"
+    return f"pass it in run_info={{{key!r}: ...}}"
+
+
+def by_layer(series: Mapping[str, Value], prefix: str = RANKME) -> dict[str, Value]:
+    """The series under ``prefix`` keyed by layer (the tag without the prefix), in the order given."""
+    return {tag[len(prefix):]: value for tag, value in series.items() if tag.startswith(prefix)}

@@ -1,0 +1,260 @@
+r"""The run session
+===============
+
+One run, whatever trains it. The session owns the run's record and rules (its
+:class:`~capgeo_callbacks.run.tracker.RunTracker`), announces each alert once (a ``logging`` warning on the
+``capgeo`` logger, an alert to the publisher, ``on_alert``), publishes what the run shows (each forecast as
+``forecast/<rule>``, the dashboard's series, the story figure, the verdict, hparams) and writes the summary once.
+
+The Lightning callback (:class:`~capgeo_callbacks.PrecursorDetector`), the Hugging Face callback
+(:class:`~capgeo_callbacks.integrations.hf.CapgeoTrainerCallback`) and offline analysis of checkpoints are
+adapters: each reads the accuracy, the scalars and the measured series where its framework keeps them and feeds
+them here, so a run gives the same alerts, forecasts and summary whichever adapter fed it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capgeo_callbacks.detection.alerts import Alert
+from capgeo_callbacks.detection.series import Points
+from capgeo_callbacks.detection.settings import DetectionSettings
+from capgeo_callbacks.keys import FORECAST, LOGPROB, RANKME, TOKEN_ACC, VAL_ACC, by_layer, how_to_record
+from capgeo_callbacks.publish.dashboard import custom_scalars_layout, dashboard_scalars
+from capgeo_callbacks.publish.figures import figure_pixels, rankme_heatmap, story_card, story_figure
+from capgeo_callbacks.publish.loggers import save_png
+from capgeo_callbacks.publish.publisher import Publisher
+from capgeo_callbacks.publish.text import verdict_table
+from capgeo_callbacks.rules.base import Rule, rule_from_record, rule_record
+from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, write_summary
+from capgeo_callbacks.run.tracker import RunTracker, TrackerUpdate, record_of
+
+__all__ = ["EARLY_SHARE", "STORY_FILENAME", "Measurements", "RunSession"]
+
+log = logging.getLogger("capgeo")
+STORY_FILENAME = "capgeo_story.png"
+EARLY_SHARE = 0.1  # the dashboard's early charts: the first tenth of the budget, where the schedule is dense
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What the measures hold when the session reads them.
+
+    Attributes:
+        series: every measured series by tag (``rankme/<layer>`` in depth order, ``probe_acc/<layer>``, ...).
+        rows: the rows each tag was measured on (RankMe is only comparable at equal N).
+        selectors: the token selector of each measure prefix (``{"rankme": "first_answer"}``).
+        parameters: the model's parameter count.
+    """
+
+    series: Mapping[str, Points] = field(default_factory=dict)
+    rows: Mapping[str, int] = field(default_factory=dict)
+    selectors: Mapping[str, str] = field(default_factory=dict)
+    parameters: int | None = None
+
+
+class RunSession:
+    """One run's record, rules, announcements, publishing and summary (module docstring).
+
+    Args:
+        rules: the rules to run (:mod:`capgeo_callbacks.rules`; default: the study's rule on ``settings``).
+        settings: detection settings (default ``DetectionSettings()``).
+        run_info: what is known of the run before it starts (task, budget, warm-up, chance...): the summary's
+            first fields and the rules' run facts.
+        monitor: the accuracy's logged name (the summary's ``monitor``).
+        logprob_key: the answer log-prob's tag among the scalars (log-prob emergence; None: none).
+        token_acc_key: the per-token accuracy's tag among the scalars (the chance label; None: none).
+        rankme_prefix: tag prefix of the RankMe series, ending in ``/``.
+        on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
+        figure_every_n_evals: also refresh the story figure every n evaluations (0: only at the end), as long as
+            drawing it has cost at most ``figure_budget`` of the time since the last one.
+        figure_budget: the largest share of the training time the live figure may take, in (0, 1].
+        warn: how problems are reported once (default: a warning on rank zero).
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+
+    def __init__(self, rules: Sequence[Rule] | None = None, settings: DetectionSettings | None = None,
+                 run_info: Mapping[str, Any] | None = None, *, monitor: str = VAL_ACC,
+                 logprob_key: str | None = LOGPROB, token_acc_key: str | None = TOKEN_ACC,
+                 rankme_prefix: str = RANKME, on_alert: Callable[[Alert], Any] | None = None,
+                 figure_every_n_evals: int = 0, figure_budget: float = 0.01, warn: WarnOnce | None = None) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise ValueError(f"monitor must be a metric key (a non-empty string), got {monitor!r}")
+        for name, key in (("logprob_key", logprob_key), ("token_acc_key", token_acc_key)):
+            if key is not None and (not isinstance(key, str) or not key):
+                raise ValueError(f"{name} must be a metric key or None, got {key!r}")
+        if not isinstance(rankme_prefix, str) or not rankme_prefix.endswith("/") or len(rankme_prefix) < 2:
+            raise ValueError(f"rankme_prefix must be a tag prefix ending in '/', got {rankme_prefix!r}")
+        check_callable("on_alert", on_alert, "alert -> None")
+        check_positive_int("figure_every_n_evals", figure_every_n_evals, 0)
+        if isinstance(figure_budget, bool) or not isinstance(figure_budget, (int, float)) or not 0 < figure_budget <= 1:
+            raise ValueError(f"figure_budget must be a share of the training time in (0, 1], got {figure_budget!r}")
+        self.tracker = RunTracker(rules, settings, run_info, monitor, logprob_key, token_acc_key, rankme_prefix)
+        self.on_alert = on_alert
+        self.figure_every_n_evals, self.figure_budget = figure_every_n_evals, float(figure_budget)
+        self.warn = warn if warn is not None else WarnOnce("capgeo")
+        self.is_zero = True  # side effects (announcing, publishing, files) on rank zero only; detection everywhere
+        self.summary: dict[str, Any] = {}  # the latest summary built
+        self.layout_published = False
+        self._written = False
+        self._figure_cost, self._figure_time = 0.0, time.perf_counter()
+
+    # the record, read through
+    @property
+    def settings(self) -> DetectionSettings:
+        return self.tracker.settings
+
+    @property
+    def run_info(self) -> dict[str, Any]:
+        return self.tracker.run_info
+
+    @property
+    def monitor(self) -> str:
+        return self.tracker.monitor
+
+    @property
+    def acc(self) -> list[list[float]]:
+        """``[[step, accuracy], ...]`` at every evaluation so far."""
+        return self.tracker.acc
+
+    @property
+    def alerts(self) -> list[Alert]:
+        """Every rule's alerts so far, in the order raised."""
+        return self.tracker.alerts
+
+    @property
+    def acquired_step(self) -> int | None:
+        return self.tracker.acquired_step
+
+    def add_run_info(self, fields: Mapping[str, Any]) -> None:
+        """Add to what the summary records of the run (what it cost, where it ran), before it is written."""
+        self.tracker.run_info.update(fields)
+
+    def start(self, publisher: Publisher, rankme_tags: Sequence[str]) -> None:
+        """Publish the dashboard's layout once per run (RankMe of ``rankme_tags`` beside accuracy)."""
+        if self.is_zero and not self.layout_published:
+            self.layout_published = True
+            publisher.layout(custom_scalars_layout([t for t in rankme_tags if t.startswith(self.tracker.rankme_prefix)],
+                                                   self.monitor, self.tracker.logprob_key, early_share=EARLY_SHARE))
+
+    def evaluate(self, step: int, acc: float, scalars: Mapping[str, float] | None = None,
+                 measured: Measurements | None = None, publisher: Publisher | None = None, *,
+                 max_steps: int | None = None, directory: Callable[[], str | Path | None] | None = None
+                 ) -> TrackerUpdate:
+        """Record one evaluation and run the rules; on rank zero, say once which rules are left out, announce
+        each new alert, and publish the forecasts and the dashboard's series at ``step``. Every
+        ``figure_every_n_evals`` evaluations the story figure is refreshed (and saved in ``directory()``, asked on
+        every rank: under DDP it may be a collective)."""
+        measured = measured if measured is not None else Measurements()
+        publisher = publisher if publisher is not None else Publisher()
+        update = self.tracker.update(step, acc, scalars, measured.series)
+        for name, missing in update.left_out.items():
+            self.warn(f"needs:{name}", f"rule {name!r} is left out of this run: it needs "
+                      + "; ".join(f"{key!r} ({how_to_record(key)})" for key in missing))
+        due = bool(self.figure_every_n_evals) and len(self.acc) % self.figure_every_n_evals == 0
+        folder = directory() if due and directory is not None else None
+        if not self.is_zero:
+            return update
+        for alert in update.alerts:
+            self.announce(alert, publisher)
+        shown = {f"{FORECAST}{f.rule}": float(f.predicted) for f in update.forecasts if math.isfinite(f.predicted)}
+        early_end = EARLY_SHARE * max_steps if max_steps and max_steps > 0 else None
+        shown.update(dashboard_scalars(by_layer(measured.series, self.tracker.rankme_prefix), step, early_end,
+                                       sum(alert.kind == "run" for alert in self.alerts)))
+        publisher.scalars(shown, step)
+        if due and self._figure_cost <= self.figure_budget * (time.perf_counter() - self._figure_time):
+            started = time.perf_counter()
+            self.publish_figures(publisher, self.build_summary(measured), step, folder, heatmap=False)
+            self._figure_time = time.perf_counter()
+            self._figure_cost = self._figure_time - started
+        return update
+
+    def announce(self, alert: Alert, publisher: Publisher) -> None:
+        """An alert, once: a ``logging`` warning, the publisher's alert, and ``on_alert``."""
+        message = alert.message(self.monitor)
+        log.warning(message)
+        publisher.alert("capgeo precursor alert", message, alert.step)
+        if self.on_alert is not None:
+            try:
+                self.on_alert(alert)
+            except Exception as error:  # noqa: BLE001 - the user's hook must not stop training either
+                self.warn("on_alert", f"on_alert raised {type(error).__name__}: {error}; training goes on")
+
+    def build_summary(self, measured: Measurements | None = None, steps: int | None = None) -> dict[str, Any]:
+        """The run summary from the record and ``measured`` (also kept as ``self.summary``)."""
+        measured = measured if measured is not None else Measurements()
+        self.summary = self.tracker.summary(measured.series, steps=steps, parameters=measured.parameters,
+                                            rows=measured.rows, selectors=measured.selectors)
+        return self.summary
+
+    def finish(self, measured: Measurements | None = None, steps: int | None = None,
+               publisher: Publisher | None = None, directory: str | Path | None = None,
+               filename: str = SUMMARY_FILENAME, extra: Mapping[str, Any] | None = None,
+               figures: bool = True) -> dict[str, Any]:
+        """The run's end: the summary (with ``extra`` keys after its own), written once into ``directory`` (None:
+        not written), and on the publisher the verdict, hparams and (with ``figures``) the story figure, also saved
+        in ``directory``, and the RankMe heatmap."""
+        summary = {**self.build_summary(measured, steps), **(extra or {})}
+        self.summary = summary
+        if not self.is_zero:
+            return summary
+        if directory is not None and not self._written:
+            write_summary(summary, directory, filename)
+            self._written = True
+        publisher = publisher if publisher is not None else Publisher()
+        step = int(summary["steps"])
+        if figures:
+            self.publish_figures(publisher, summary, step, directory)
+        publisher.text("capgeo/verdict", verdict_table(summary, markdown=True), step)
+        metrics = {"capgeo/acquisition_step": summary.get("acquisition_step"), "capgeo/gap": summary.get("gap"),
+                   "capgeo/layer_order_rho": summary.get("layer_order_rho"),
+                   "capgeo/final_acc": self.acc[-1][1] if self.acc else None}
+        params = {k: v for k, v in self.run_info.items() if isinstance(v, (int, float, str, bool))}
+        params["verdict"] = str(summary.get("verdict", ""))
+        publisher.hparams(params, {k: math.nan if v is None else float(v) for k, v in metrics.items()})
+        return summary
+
+    def publish_figures(self, publisher: Publisher, summary: Mapping[str, Any], step: int,
+                        directory: str | Path | None, heatmap: bool = True) -> None:
+        """The story figure (a card for the loggers, the full one as PNG in ``directory``) and the heatmap."""
+        publisher.image("capgeo/story", figure_pixels(story_card(summary)), step)
+        if heatmap:
+            collapse = {name: info["collapse_step"] for name, info in summary["layers"].items()}
+            image = rankme_heatmap(by_layer(summary["series"], self.tracker.rankme_prefix),
+                                   summary["acquisition_step"], collapse)
+            publisher.image("capgeo/rankme_heatmap", image, step)
+        if directory is not None:
+            save_png(figure_pixels(story_figure(summary)), Path(directory) / STORY_FILENAME)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The record, and how to rebuild this session (rules, settings, run info, keys): what a checkpoint keeps
+        and offline analysis reads back (:meth:`from_state`)."""
+        tracker = self.tracker
+        return {"record": tracker.state_dict(), "rules": [rule_record(rule) for rule in tracker.rules],
+                "settings": tracker.settings.to_dict(), "run_info": dict(tracker.run_info),
+                "keys": {"monitor": tracker.monitor, "logprob_key": tracker.logprob_key,
+                         "token_acc_key": tracker.token_acc_key, "rankme_prefix": tracker.rankme_prefix},
+                "layout_published": self.layout_published}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the record (the configuration is the one this session was built with), from this layout or an
+        earlier one (:func:`~capgeo_callbacks.run.tracker.record_of`)."""
+        self.tracker.load_state_dict(record_of(state, self.tracker.logprob_key))
+        self.layout_published = bool(state.get("layout_published", state.get("layout_written", False)))
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], **options: Any) -> RunSession:
+        """A session configured as the one whose :meth:`state_dict` is ``state``, with an empty record."""
+        keys = dict(state.get("keys") or {})
+        return cls([rule_from_record(record) for record in state.get("rules", [])],
+                   DetectionSettings.from_dict(state.get("settings") or {}), state.get("run_info") or {},
+                   **{**keys, **options})
