@@ -249,7 +249,7 @@ def provenance() -> dict[str, Any]:
         pass
     return {"commit": commit, "uncommitted_changes": None if clean is None else not clean,
             "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "torch": torch.__version__, "lightning": pl.__version__}
+            "torch": str(torch.__version__), "lightning": str(pl.__version__)}
 
 
 def accelerator_name(device: torch.device) -> str:

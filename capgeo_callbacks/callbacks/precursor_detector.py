@@ -91,6 +91,7 @@ class PrecursorDetector(Callback):
     monitor = property(lambda self: self.session.monitor)
     settings = property(lambda self: self.session.settings)
     run_info = property(lambda self: self.session.run_info)
+    on_alert = property(lambda self: self.session.on_alert)
     tracker = property(lambda self: self.session.tracker)
     acc = property(lambda self: self.session.acc, doc="``[[step, accuracy], ...]`` at every evaluation so far.")
     scalars = property(lambda self: self.session.tracker.scalars, doc="Every other recorded scalar, by tag.")

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from capgeo_callbacks.measures.batch import batch_size_of, split_batch, to_device
+from capgeo_callbacks.measures.batch import batch_size_of, call_model, split_batch, to_device
 
 __all__ = [
     "ANSWER_KEYS",
@@ -120,15 +120,14 @@ def concat_batches(parts: list[Any]) -> Any:
 
 
 def default_forward(model: nn.Module, batch: Any) -> Any:
-    """Call ``model`` on a batch: ``model(batch)`` for a tensor, ``model(batch["input_ids"])`` for a
-    mapping, ``model(batch[0])`` for a tuple or list such as ``(x, y)``.
+    """Call ``model`` on a batch: ``model(batch["input_ids"])`` for a mapping (capgeo's tasks), else the measures'
+    default (:func:`~capgeo_callbacks.measures.batch.call_model`: ``model(batch)`` for a tensor, ``model(batch[0])``
+    for a tuple or list such as ``(x, y)``).
 
     Raises:
         ValueError: a mapping without ``"input_ids"`` or an empty tuple/list (pass ``forward=``).
         TypeError: any other batch type.
     """
-    if isinstance(batch, Tensor):
-        return model(batch)
     if isinstance(batch, Mapping):
         if "input_ids" not in batch:
             raise ValueError(
@@ -136,13 +135,4 @@ def default_forward(model: nn.Module, batch: Any) -> Any:
                 "pass forward=lambda model, batch: ... to say how to call the model"
             )
         return model(batch["input_ids"])
-    if isinstance(batch, (tuple, list)):
-        if not batch:
-            raise ValueError("default_forward got an empty tuple/list batch; expected (x, y, ...)")
-        return model(batch[0])
-    raise TypeError(
-        f"default_forward takes a tensor, a mapping or a tuple/list batch, got {type(batch).__name__}; "
-        "pass forward=lambda model, batch: ... to say how to call the model"
-    )
-
-
+    return call_model(model, batch)

@@ -100,7 +100,7 @@ def probe_of_rows(layer: str, rows: Tensor, labels: Tensor, ridge: float, step: 
     try:
         return held_out_probe_accuracy(rows, labels, ridge=ridge)
     except (ValueError, RuntimeError) as err:
-        warn(f"probe:{layer}", f"probe on {layer!r}{_at(step)}: {err}; skipped")
+        warn(f"value:{layer}", f"{layer!r}{_at(step)}: {err}; skipped")
         return None
 
 

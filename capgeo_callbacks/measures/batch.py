@@ -9,9 +9,30 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["batch_size_of", "split_batch", "to_device"]
+__all__ = ["batch_size_of", "call_model", "split_batch", "to_device"]
+
+
+def call_model(model: nn.Module, batch: Any) -> Any:
+    """The measures' default ``forward``: ``model(batch)`` for a tensor, ``model(batch[0])`` for a tuple or list
+    such as ``(x, y)``.
+
+    Raises:
+        ValueError: a mapping (which key is the input is the caller's to say) or an empty tuple/list.
+        TypeError: any other batch type.
+    """
+    if isinstance(batch, Tensor):
+        return model(batch)
+    if isinstance(batch, (tuple, list)):
+        if not batch:
+            raise ValueError("got an empty tuple/list batch; expected (x, y, ...)")
+        return model(batch[0])
+    if isinstance(batch, Mapping):
+        raise ValueError(f"a dict batch (keys {sorted(batch)}) needs forward=lambda model, batch: ... to say how to "
+                         "call the model")
+    raise TypeError(f"a batch is a tensor, a tuple/list or a mapping, got {type(batch).__name__}; pass "
+                    "forward=lambda model, batch: ... to say how to call the model")
 
 
 def split_batch(batch: Any) -> tuple[list[Tensor], Callable[[list[Tensor]], Any]]:

@@ -6,9 +6,10 @@ B x B Gram matrix, so that P (millions of weights) never enters a P x P matrix.
 
 A batch, as for :mod:`capgeo_callbacks.measures.llc`, is a tensor, a mapping or a tuple/list whose tensor leaves
 all have the batch as their leading dimension (:mod:`capgeo_callbacks.measures.batch`). ``forward(model, batch)``
-computes the model output (default ``model(batch)``) and ``loss_fn(output, batch)`` the scalar mean loss of the
-batch. Per-example gradients are the gradients of that loss on one-example batches (every tensor
-leaf sliced to leading size 1), which is exactly what a loop of single-example backward passes gives.
+computes the model output (default :func:`~capgeo_callbacks.measures.batch.call_model`) and
+``loss_fn(output, batch)`` the scalar mean loss of the batch. Per-example gradients are the gradients of that loss
+on one-example batches (every tensor leaf sliced to leading size 1), which is exactly what a loop of single-example
+backward passes gives.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from capgeo_callbacks.measures.batch import batch_size_of, split_batch
+from capgeo_callbacks.measures.batch import batch_size_of, call_model, split_batch
 from capgeo_callbacks.measures.rankme import effective_rank_from_singular_values
 
 __all__ = [
@@ -39,11 +40,6 @@ ForwardFn = Callable[[nn.Module, Any], Any]
 
 # Columns of G converted to float64 at a time when forming the Gram matrix (bounds the extra memory).
 _GRAM_BLOCK_ELEMENTS = 1 << 23
-
-
-def call_model(model: nn.Module, batch: Any) -> Any:
-    """``model(batch)``: the default ``forward`` of the measures (pass your own for any other call)."""
-    return model(batch)
 
 
 class _LossModule(nn.Module):
@@ -92,7 +88,8 @@ def per_example_gradients(
         loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss of ``batch``.
         batch: a tensor, mapping or tuple/list of tensors with the batch as leading dimension
             (non-tensor and 0-d leaves are passed through unchanged).
-        forward: ``forward(model, batch) -> output``; default ``model(batch)``.
+        forward: ``forward(model, batch) -> output``; default
+            :func:`~capgeo_callbacks.measures.batch.call_model` (``model(x)`` for ``(x, y)``).
         chunk_size: examples per vmap call, to bound memory; ``None`` for the whole batch.
 
     Returns:

@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from capgeo_callbacks.measures.batch import batch_size_of
-from capgeo_callbacks.measures.gradients import ForwardFn, LossFn, _LossModule, call_model
+from capgeo_callbacks.measures.batch import batch_size_of, call_model
+from capgeo_callbacks.measures.gradients import ForwardFn, LossFn, _LossModule
 from capgeo_callbacks.measures.sgld import (
     _FlatParameters,
     _initial_loss,
@@ -135,7 +135,8 @@ def estimate_llc(
             batches, as devinterp.
         seed: seed of the chains' noise generators.
         device: where to sample; default the device of the model's first parameter.
-        forward: ``forward(model, batch) -> output``; default ``model(batch)``.
+        forward: ``forward(model, batch) -> output``; default
+            :func:`~capgeo_callbacks.measures.batch.call_model` (``model(x)`` for ``(x, y)``).
         train_mode: run the copy in train mode (devinterp) or eval mode (no dropout).
         vectorize: batch the chains with ``torch.func.vmap`` (True), run them one after another
             (False), or choose by the parameter count (None, the default; see above).

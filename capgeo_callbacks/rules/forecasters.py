@@ -23,12 +23,10 @@ forecaster learns from calibration runs set by ``fit(runs)`` in attributes endin
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 import statistics
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,11 +36,11 @@ from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.labels import Chance
 from capgeo_callbacks.keys import ACC, LOGPROB, RANKME, TOKEN_ACC
 from capgeo_callbacks.rules.base import Forecast, Needs, Rule, RuleOutput, RunView
+from capgeo_callbacks.rules.curves import FAMILIES, REACH, fit_curve_families, recent
 
 __all__ = ["ClockForecaster", "CurveForecaster", "ForecastRule", "RidgeForecaster", "ThresholdForecaster",
-           "answer_tokens", "fit_curve_families", "half_right_level"]
+           "answer_tokens", "half_right_level"]
 
-REACH = 3.0  # forecasts beyond 3x the budget (or 10x the step so far) are "not within reach"
 
 
 def answer_tokens(run: RunView) -> float | None:
@@ -171,14 +169,6 @@ class ClockForecaster(ForecastRule):
         return statistics.median(steps), min(steps), max(steps)
 
 
-def _recent(run: RunView, tag: str, window: float, start: int) -> tuple[np.ndarray, np.ndarray]:
-    """The finite points of ``tag`` after ``start`` within the last ``window`` share of the steps so far."""
-    steps = np.array(run.steps, dtype=float)
-    values = np.array(run.values(tag), dtype=float)
-    keep = np.isfinite(values) & (steps >= start) & (steps >= (1 - window) * steps[-1])
-    return steps[keep], values[keep]
-
-
 def _crossing(x: np.ndarray, z: np.ndarray, target: float, now: float) -> tuple[float, float, float] | None:
     """Where the least-squares line through (x, z) reaches ``target`` (z falling towards it), with the interval
     from the slope's 90% t-interval. None when there is too little to fit."""
@@ -264,7 +254,7 @@ class ThresholdForecaster(ForecastRule):
         target = self.target(run)
         if target is None:
             return None
-        x, y = _recent(run, self.tag, self.window, run.warmup_steps or 0)
+        x, y = recent(run, self.tag, self.window, run.warmup_steps or 0)
         # both quantities approach 0 error / 0 loss: fit a line to the log of the error (or of minus the log-prob)
         error = 1 - y if self.quantity == "token_acc" else -y
         goal = 1 - target if self.quantity == "token_acc" else -target
@@ -272,33 +262,6 @@ class ThresholdForecaster(ForecastRule):
         if goal <= 0:
             return None
         return _crossing(x[keep], np.log(error[keep]), math.log(goal), float(run.step))
-
-
-# Domhan et al. (2015), learning-curve families (saturating in t), each with an initial guess and bounds; fitted to
-# exact-match accuracy, which rises from 0 towards its asymptote alpha <= 1.
-def _mmf(t: np.ndarray, alpha: float, beta: float, kappa: float, delta: float) -> np.ndarray:
-    return alpha - (alpha - beta) / (1 + np.power(kappa * t, delta))
-
-
-def _weibull(t: np.ndarray, alpha: float, beta: float, kappa: float, delta: float) -> np.ndarray:
-    return alpha - (alpha - beta) * np.exp(-np.power(kappa * t, delta))
-
-
-def _janoschek(t: np.ndarray, alpha: float, beta: float, kappa: float, delta: float) -> np.ndarray:
-    return alpha - (alpha - beta) * np.exp(-kappa * np.power(t / 1000.0, delta))
-
-
-def _log_power(t: np.ndarray, alpha: float, beta: float, kappa: float) -> np.ndarray:
-    return alpha / (1 + np.power(t / np.exp(beta), -kappa))
-
-
-_SIGMOID_BOUNDS = ([0.0, 0.0, 1e-6, 0.1], [1.0, 1.0, 1.0, 20.0])
-FAMILIES: dict[str, tuple[Callable[..., np.ndarray], Callable[[np.ndarray], list[float]], tuple]] = {
-    "mmf": (_mmf, lambda t: [1.0, 0.0, 1.0 / float(t[-1]), 2.0], _SIGMOID_BOUNDS),
-    "weibull": (_weibull, lambda t: [1.0, 0.0, 1.0 / float(t[-1]), 2.0], _SIGMOID_BOUNDS),
-    "janoschek": (_janoschek, lambda t: [1.0, 0.0, 1.0, 2.0], ([0.0, 0.0, 1e-6, 0.1], [1.0, 1.0, 100.0, 20.0])),
-    "log-power": (_log_power, lambda t: [1.0, float(np.log(t[-1])), 2.0], ([0.0, 0.0, 0.1], [1.0, 20.0, 20.0])),
-}
 
 
 class CurveForecaster(ForecastRule):
@@ -309,7 +272,7 @@ class CurveForecaster(ForecastRule):
     :func:`fit_curve_families`, so a replay says the same and the forecaster itself holds nothing.
 
     Args:
-        families: which of :data:`FAMILIES` to fit.
+        families: which of :data:`~capgeo_callbacks.rules.curves.FAMILIES` to fit.
         draws: parameter draws per fit for the interval.
         horizon: see :class:`ForecastRule`.
         seed: the draws' random seed (forecasts are reproducible).
@@ -333,49 +296,6 @@ class CurveForecaster(ForecastRule):
         fitted = run.prefix(len(run.steps) - len(run.steps) % self.every) if len(run.steps) >= self.every else run
         return fit_curve_families(fitted.steps, fitted.values(ACC), fitted.max_steps, fitted.warmup_steps,
                                   self.families, self.draws, self.seed, self.threshold)
-
-
-@functools.lru_cache(maxsize=256)
-def fit_curve_families(steps: tuple[int, ...], acc: tuple[float, ...], max_steps: int | None,
-                       warmup_steps: int | None, families: tuple[str, ...], draws: int, seed: int,
-                       threshold: float) -> tuple[float, float, float] | None:
-    """Where the curve families fitted to ``acc`` cross ``threshold``: the median family's crossing, and the 10th and
-    90th percentiles over parameter draws from each fit's covariance (None: too few points, or no fit)."""
-    from scipy.optimize import curve_fit
-
-    run = RunView(steps, {ACC: acc}, {"max_steps": max_steps, "warmup_steps": warmup_steps})
-    x, y = _recent(run, ACC, 1.0, max(1, warmup_steps or 0))
-    if len(x) < 6:
-        return None
-    if y[-1] >= threshold:
-        return float(run.step), float(run.step), float(run.step)
-    horizon = np.linspace(run.step, REACH * (max_steps or 10 * run.step), 400)
-    rng = np.random.default_rng(seed)
-    crossings: list[float] = []
-    centres: list[float] = []
-    for name in families:
-        function, guess, bounds = FAMILIES[name]
-        try:
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")
-                params, covariance = curve_fit(function, x, y, p0=guess(x), bounds=bounds, maxfev=2000)
-                centres.append(_first_crossing(function(horizon, *params), horizon, threshold))
-                if np.all(np.isfinite(covariance)):
-                    sampled = rng.multivariate_normal(params, covariance, size=draws, check_valid="ignore")
-                    sampled = np.clip(sampled, bounds[0], bounds[1])
-                    crossings += [_first_crossing(function(horizon, *d), horizon, threshold) for d in sampled]
-        except (RuntimeError, ValueError, TypeError, np.linalg.LinAlgError):
-            continue
-    if not centres:
-        return None
-    ordered = sorted(crossings or centres)  # inf sorts last: a quantile by position keeps it inf, never NaN
-    at = lambda q: float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])  # noqa: E731
-    return float(sorted(centres)[(len(centres) - 1) // 2]), at(0.1), at(0.9)
-
-
-def _first_crossing(values: np.ndarray, steps: np.ndarray, target: float) -> float:
-    above = np.nonzero(np.nan_to_num(values, nan=-np.inf) >= target)[0]
-    return float(steps[above[0]]) if len(above) else math.inf
 
 
 def run_features(run: RunView, clock: float | None, geometry: bool) -> list[float]:

@@ -14,6 +14,7 @@ them here, so a run gives the same alerts, forecasts and summary whichever adapt
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -33,7 +34,7 @@ from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.publish.text import verdict_table
 from capgeo_callbacks.rules.base import Rule, rule_from_record, rule_record
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int
-from capgeo_callbacks.run.summary import SUMMARY_FILENAME, write_summary
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, json_safe, write_summary
 from capgeo_callbacks.run.tracker import RunTracker, TrackerUpdate, record_of
 
 __all__ = ["EARLY_SHARE", "STORY_FILENAME", "Measurements", "RunSession"]
@@ -240,7 +241,7 @@ class RunSession:
         and offline analysis reads back (:meth:`from_state`)."""
         tracker = self.tracker
         return {"record": tracker.state_dict(), "rules": [rule_record(rule) for rule in tracker.rules],
-                "settings": tracker.settings.to_dict(), "run_info": dict(tracker.run_info),
+                "settings": tracker.settings.to_dict(), "run_info": plain(tracker.run_info),
                 "keys": {"monitor": tracker.monitor, "logprob_key": tracker.logprob_key,
                          "token_acc_key": tracker.token_acc_key, "rankme_prefix": tracker.rankme_prefix},
                 "layout_published": self.layout_published}
@@ -258,3 +259,8 @@ class RunSession:
         return cls([rule_from_record(record) for record in state.get("rules", [])],
                    DetectionSettings.from_dict(state.get("settings") or {}), state.get("run_info") or {},
                    **{**keys, **options})
+
+
+def plain(value: Any) -> Any:
+    """``value`` as plain JSON types (what a checkpoint loaded with ``weights_only`` can hold)."""
+    return json.loads(json.dumps(json_safe(value), default=str))

@@ -4,11 +4,11 @@ r"""What a warning or a forecast is worth, on any folder of runs
     python -m capgeo_callbacks.scoring RUNS [--rules study loss-onset ...] [--seeds 0 1 2] [--markdown]
     python -m capgeo_callbacks.scoring RUNS --registration registration.json   # held-out seeds, as registered
 
-Every rule is replayed on each run's summary evaluation by evaluation, exactly as it would have run live
-(:func:`~capgeo_callbacks.rules.replay`), on the same clock from step 0. A run's labels come from its own
-series (:func:`~capgeo_callbacks.detection.label_run`): acquisition (0.5 held for 3 evaluations), acquired
-fully, and learning onset (:func:`~capgeo_callbacks.detection.onset.learning_onset`). Controls are runs with
-shuffled answers or a named negative control.
+Every rule is replayed on each run's summary evaluation by evaluation, asked through
+:func:`~capgeo_callbacks.rules.rule_output` exactly as it is asked live, on the same clock from step 0. A run's
+labels come from its own series (:func:`~capgeo_callbacks.detection.label_run`): acquisition (0.5 held for 3
+evaluations), acquired fully, and learning onset (:func:`~capgeo_callbacks.detection.onset.learning_onset`).
+Controls are runs with shuffled answers or a named negative control.
 
 Per warning (a rule's first run alert): precision (alerted runs acquired later within the budget, over
 alerted runs), recall (runs acquired fully that were alerted before acquisition, over runs acquired fully),
@@ -38,7 +38,7 @@ import numpy as np
 from capgeo_callbacks.detection import Chance, DetectionSettings, label_run
 from capgeo_callbacks.detection.onset import learning_onset
 from capgeo_callbacks.detection.stats import wilson
-from capgeo_callbacks.rules import Forecast, Rule, RunView, make_rule
+from capgeo_callbacks.rules import Forecast, Rule, RunView, make_rule, rule_output
 from capgeo_callbacks.run.reading import find_runs
 
 __all__ = ["FRACTIONS", "Rate", "ScoredRun", "forecast_scores", "load_runs", "warning_scores"]
@@ -139,7 +139,7 @@ def first_warning(rule: Rule, run: RunView) -> int | None:
     """The step of ``rule``'s first run alert on ``run`` (replayed until it fires), or None."""
     alerts: list = []
     for end in range(1, len(run.steps) + 1):
-        output = rule.update(run.prefix(end), alerts)
+        output = rule_output(rule, run.prefix(end), alerts)
         alerts += output.alerts
         fired = [alert.step for alert in output.alerts if alert.kind == "run"]
         if fired:
@@ -192,8 +192,9 @@ def _forecast_at(rule: Rule, run: RunView, step: float) -> Forecast | None:
 
 
 def replay_last(rule: Rule, run: RunView) -> tuple[list, Forecast | None]:
-    """The rule's output at the last evaluation of ``run`` (its forecasts do not depend on earlier alerts)."""
-    output = rule.update(run, [])
+    """The rule's output at the last evaluation of ``run``, as a run records it (its forecasts do not depend on
+    earlier alerts)."""
+    output = rule_output(rule, run, [])
     return list(output.alerts), output.forecast
 
 
@@ -218,7 +219,7 @@ def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[f
         for run in acquired:
             made = _forecast_at(rule, run.view, fraction * run.acquisition)  # type: ignore[operator]
             actual = float(run.acquisition)  # type: ignore[arg-type]
-            if made is None or made.predicted is None:
+            if made is None:
                 errors.append(math.inf)
                 continue
             errors.append(abs(made.predicted - actual) / actual)
@@ -236,7 +237,7 @@ def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[f
     beyond = 0
     for run in never:
         _, made = replay_last(rule, run.view)
-        beyond += made is not None and made.predicted is not None and math.isinf(made.predicted)
+        beyond += made is not None and math.isinf(made.predicted)
     return {"rule": rule.name, "fractions": by_fraction, "never_acquired_beyond": Rate(beyond, len(never))}
 
 

@@ -15,7 +15,7 @@ from torch.utils.data import DistributedSampler
 
 from capgeo_callbacks import PrecursorDetector
 from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientRankMonitor
-from capgeo_callbacks.capture.batches import answer_cross_entropy
+from capgeo_callbacks.capture.batches import answer_cross_entropy, default_forward
 from capgeo_callbacks.measures.gradients import (
     gradient_covariance_rank,
     gradient_effective_rank,
@@ -78,7 +78,8 @@ def test_dict_batches_use_the_answer_masked_loss_by_default(tmp_path: Path) -> N
     batch = {key: torch.stack([example[key] for example in examples]) for key in monitor.fixed_batch}
     assert all(torch.equal(batch[key], monitor.fixed_batch[key]) for key in batch)
     with sdpa_kernel([SDPBackend.MATH]):
-        expected = gradient_effective_rank(per_example_gradients(model, answer_cross_entropy, batch))
+        expected = gradient_effective_rank(per_example_gradients(model, answer_cross_entropy, batch,
+                                                                  forward=default_forward))
     assert monitor.series["grad_erank"][-1][1] == pytest.approx(expected, rel=1e-5)
 
 

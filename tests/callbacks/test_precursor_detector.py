@@ -84,9 +84,9 @@ def test_resume_does_not_repeat_alerts(tmp_path) -> None:
     assert steps == list(range(10, 10 * len(RANKME) + 1, 10))  # no gap, no duplicate
 
 
-def test_checkpoint_of_capgeo_0_1_resumes(tmp_path) -> None:
-    """Callback states as capgeo 0.1 checkpointed them (tests/fixtures, written by that code) restore into
-    the current callbacks: series, evaluation count, rows, accuracy, log-prob and alerts, none raised twice."""
+def test_the_earliest_checkpoint_layout_resumes(tmp_path) -> None:
+    """Callback states in the earliest checkpoint layout (tests/fixtures, written by the code of that time) restore
+    into the current callbacks: series, evaluation count, rows, accuracy, log-prob and alerts, none raised twice."""
     saved = json.loads((Path(__file__).parents[1] / "fixtures" / "v1_callback_states.json").read_text())
     states = saved["callbacks"]
     detector_key = next(key for key in states if key.startswith("PrecursorDetector"))
@@ -96,7 +96,7 @@ def test_checkpoint_of_capgeo_0_1_resumes(tmp_path) -> None:
     tracker = states[detector_key]["tracker"]
     assert [p[0] for p in detector.acc] == tracker["steps"]
     assert [p[1] for p in detector.acc] == tracker["acc"]
-    assert detector.logprob == states[detector_key]["logprob_series"]
+    assert detector.scalars["val/logprob"] == states[detector_key]["logprob_series"]
     assert [(a.kind, a.layer, a.step) for a in detector.alerts] == [
         (a["kind"], a["layer"], a["step"]) for a in tracker["alerts"]]
     rankme = RankMeMonitor(layers=["model.blocks.*", "model.norm_f"])

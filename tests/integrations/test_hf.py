@@ -17,9 +17,9 @@ pytest.importorskip("accelerate")  # transformers.Trainer needs it
 
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
 
+from capgeo_callbacks.capture.measuring import Measured  # noqa: E402
 from capgeo_callbacks.detection import DetectionSettings  # noqa: E402
 from capgeo_callbacks.integrations.hf import ACC_KEY, CapgeoTrainerCallback  # noqa: E402
-from capgeo_callbacks.offline.measured import Measured  # noqa: E402
 from tests.callbacks.conftest import reference_rankme  # noqa: E402
 
 DIGITS, SEP = 6, 10  # "d1 .. d6 SEP d6 .. d1": 13 tokens
@@ -139,12 +139,13 @@ def test_alerts_are_raised_live_once_and_failures_are_skipped(monkeypatch, caplo
     acc = [0.0] * 11 + [0.6, 0.7, 0.8, 0.9, 0.95]
     calls = iter(range(100))
 
-    def scripted(model, probe, **kwargs):
+    def scripted(model, batches, keys, **kwargs):
         i = next(calls)
         if i == 3:
             raise RuntimeError("scripted failure")
         i -= i > 3
-        measured = Measured(rankme={"layers.0+final_norm": float(rankme[i])}, acc=acc[i], logprob=-1.0)
+        measured = Measured(rankme={"layers.0+final_norm": float(rankme[i])},
+                            scalars={"val/acc": acc[i], "val/logprob": -1.0})
         return measured, ["layers.0+final_norm"]
 
     monkeypatch.setattr("capgeo_callbacks.integrations.hf.measure_hf", scripted)
@@ -194,8 +195,8 @@ def test_bad_arguments_name_the_valid_choices() -> None:
 
 def test_transformers_is_imported_by_capgeo_callbacks_hf_only(monkeypatch) -> None:
     """No other module of capgeo_callbacks imports transformers at module level (offline analysis imports it
-    inside the functions that load a revision), none imports tasks or models, and capgeo_callbacks.integrations.hf says
-    what to install when transformers is missing."""
+    inside the function that loads a revision), none imports tasks or models, and capgeo_callbacks.integrations.hf
+    says what to install when transformers is missing."""
     package = Path(__file__).parents[2] / "capgeo_callbacks"
     for path in package.rglob("*.py"):
         for node in ast.parse(path.read_text()).body:

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
+from capgeo_callbacks.capture.batches import default_forward
 from capgeo_callbacks.measures.gradients import (
-    default_forward,
     gradient_covariance_rank,
     gradient_effective_rank,
     per_example_gradients,
@@ -96,7 +96,7 @@ def test_mlp_matches_single_example_backward() -> None:
 
 def test_attention_dict_batch_matches_single_example_backward() -> None:
     model, batch = attention_and_batch()
-    grads = per_example_gradients(model, answer_loss, batch)
+    grads = per_example_gradients(model, answer_loss, batch, forward=default_forward)
     examples = [{key: value[i : i + 1] for key, value in batch.items()} for i in range(6)]
     torch.testing.assert_close(grads, reference_gradients(model, answer_loss, examples), rtol=1e-5, atol=1e-6)
 
@@ -144,7 +144,7 @@ def test_model_parameters_grads_and_mode_untouched() -> None:
             p.grad = torch.full_like(p, 0.5)
         model.embed.weight.grad = None
         before = {name: p.detach().clone() for name, p in model.named_parameters()}
-        per_example_gradients(model, answer_loss, batch, chunk_size=4)
+        per_example_gradients(model, answer_loss, batch, chunk_size=4, forward=default_forward)
         assert model.training is training
         assert all(m.training is training for m in model.modules())
         for name, p in model.named_parameters():
@@ -195,7 +195,7 @@ def test_bad_inputs_raise() -> None:
         per_example_gradients(model, xy_loss, (x, y), chunk_size=0)
     with pytest.raises(ValueError, match="scalar"):
         per_example_gradients(model, lambda out, b: out, (x, y))
-    with pytest.raises(ValueError, match="input_ids"):
+    with pytest.raises(ValueError, match="forward="):  # a dict batch: the caller says how to call the model
         per_example_gradients(model, xy_loss, {"x": x, "y": y})
     frozen = nn.Linear(2, 2).requires_grad_(False)
     with pytest.raises(ValueError, match="requires_grad"):

@@ -1,8 +1,10 @@
 """Fixtures of the offline-analysis tests: tiny Hugging Face revisions and a probe file, and one short real
-training run with the live callbacks and a checkpoint after every evaluation."""
+training run with the live callbacks, the rules offline analysis compares, and a checkpoint after every
+evaluation."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,8 @@ from torch.utils.data import DataLoader
 
 from capgeo_callbacks import DetectionSettings, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
 from capgeo_callbacks.offline import analyze
+from capgeo_callbacks.rules import StudyRule, make_rule
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME
 
 REL = 1e-6
 N_LAYERS, VOCAB, SEQ, N_SEQ = 3, 64, 12, 96
@@ -30,6 +34,10 @@ FACTORY = "tasks.datamodule.make_datamodule"  # what train.py records as the run
 LAYERS = ("model.blocks.*", "model.norm_f")
 NUM_ROWS = 256
 SETTINGS = DetectionSettings(min_drop=0.1, recovery_fraction=0.05, recovery_evals=1, smoothing=1, patience=2)
+PROBE_EVERY = 2  # probes at every other evaluation, as train.py's cadence thins them
+# every rule offline analysis is held to (tests/offline/test_parity.py), beside the study's rule on SETTINGS
+COMPARED_RULES = ("geometry-guarded", "loss-onset", "logprob-emergence", "probe-crossing", "warmup-end", "clock-20",
+                  "token_acc-threshold", "curve-families")
 
 
 def tiny_neox(seed: int) -> Any:
@@ -131,15 +139,17 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     datamodule = tasks.make_datamodule(TASK, DIFFICULTY, **DM_KWARGS)
     module = models.CapabilityModule(size="xs", vocab_size=datamodule.vocab_size, max_seq_len=datamodule.seq_len,
                                      lr=3e-3, warmup_steps=4, max_steps=MAX_STEPS)
+    chance = pytest.importorskip("tasks.chance").chance_level(datamodule)
     run_info = {"task": TASK, "difficulty": DIFFICULTY, "size": "xs", "seed": 0,
-                "parameters": module.model.num_parameters(), "max_steps": MAX_STEPS, "lr": 3e-3,
-                "task_params": datamodule.params, "datamodule_factory": FACTORY,
+                "parameters": module.model.num_parameters(), "max_steps": MAX_STEPS, "lr": 3e-3, "warmup_steps": 4,
+                "chance": chance.to_dict(), "task_params": datamodule.params, "datamodule_factory": FACTORY,
                 "datamodule": {"seed": datamodule.seed, "batch_size": datamodule.batch_size,
                                "val_size": datamodule.val_size, "test_size": datamodule.test_size,
                                "eval_batch_size": datamodule.eval_batch_size}}
     rankme_cb = RankMeMonitor(layers=LAYERS, selector="answer", num_rows=NUM_ROWS)
-    probe_cb = LinearProbeMonitor(layers=LAYERS, num_rows=NUM_ROWS)
-    detector = PrecursorDetector(monitor="val/acc", settings=SETTINGS, run_info=run_info)
+    probe_cb = LinearProbeMonitor(layers=LAYERS, num_rows=NUM_ROWS, every_n_evals=PROBE_EVERY)
+    rules = [StudyRule(SETTINGS), *(make_rule(name) for name in COMPARED_RULES)]
+    detector = PrecursorDetector(monitor="val/acc", settings=SETTINGS, run_info=run_info, rules=rules)
     checkpoints = run_dir / "checkpoints"
     trainer = Trainer(max_steps=MAX_STEPS, val_check_interval=EVERY, check_val_every_n_epoch=None,
                       num_sanity_val_steps=0, accelerator="cpu", logger=False, default_root_dir=run_dir,
@@ -151,6 +161,10 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
 
 
 @pytest.fixture(scope="session")
-def offline_run(trained_run: TrainedRun) -> dict[str, Any]:
-    """The offline analysis of the run folder, told nothing but to measure probes too."""
-    return analyze(trained_run.run_dir, probes=True)
+def offline_run(trained_run: TrainedRun, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The offline analysis of a copy of the run folder without its live summary, told nothing: what it measures
+    and how, the rules and the run's facts all come from the checkpoints."""
+    copy = tmp_path_factory.mktemp("offline") / "run"
+    shutil.copytree(trained_run.run_dir, copy)
+    (copy / SUMMARY_FILENAME).unlink()
+    return analyze(copy)

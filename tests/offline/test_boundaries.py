@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_resolve_dotted() -> None:
     assert resolve_dotted("capgeo_callbacks.detection.layer_order").__name__ == "layer_order"
     assert resolve_dotted("capgeo_callbacks.offline:main") is main
-    assert resolve_dotted("capgeo_callbacks.analyze:main") is main  # the old command's module
     with pytest.raises(ValueError, match="has no attribute 'Nope'"):
         resolve_dotted("capgeo_callbacks.Nope")
     with pytest.raises(ValueError, match="cannot import"):

@@ -1,5 +1,5 @@
-"""The command line (``python -m capgeo_callbacks.offline``, and the old ``capgeo_callbacks.analyze``): the
-summary file, the printed table, usage errors as exit code 2, detection flags over the recorded settings."""
+"""The command line (``python -m capgeo_callbacks.offline``): the summary file, the printed table, usage errors
+as exit code 2, detection flags over the recorded settings."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_report_prints_revisions_then_the_verdict_table(offline_run) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")  # runpy, as the module is imported
-@pytest.mark.parametrize("module", ["capgeo_callbacks.offline", "capgeo_callbacks.analyze"])
+@pytest.mark.parametrize("module", ["capgeo_callbacks.offline"])
 def test_python_dash_m(module, monkeypatch, capsys) -> None:
     monkeypatch.setattr(sys, "argv", [module, "--help"])
     with pytest.raises(SystemExit) as exit_info:

@@ -13,7 +13,8 @@ import sys
 import pytest
 import torch
 
-from capgeo_callbacks.offline import analyze, hf_layer_labels
+from capgeo_callbacks.integrations.hf_models import hf_layer_labels
+from capgeo_callbacks.offline import analyze
 from tests.offline.conftest import LIVE_TAG, N_LAYERS, REL, live_values, rel_diff, save_rows, tiny_neox
 
 pytest.importorskip("transformers")
@@ -50,7 +51,7 @@ def test_hf_revisions_give_the_live_callbacks_rankme(hf_revisions, probe_rows, t
     # detection ran over the series, in the summary's shape, with the default settings
     assert [p[0] for p in summary["series"]["rankme/layers.0"]] == [100, 200, 300, 1000]
     assert summary["verdict"] == "not-acquired" and set(summary["layers"]) == set(LIVE_TAG)
-    assert summary["steps"] == 1000 and summary["monitor"] == "probe_set/acc"
+    assert summary["steps"] == 1000 and summary["monitor"] == "val/acc"  # scored on the probe rows, as live
     assert summary["analysis"]["recorded"]["settings"] == "default"
 
     dropped = analyze(hf_revisions, probe_file=probe, num_rows=64, drop_duplicates=True)

@@ -1,5 +1,6 @@
-"""Lightning checkpoints measured offline inside ``Trainer.validate`` with the live monitors: the same values
-as the live run at the same steps, from weights-only checkpoints that record nothing but their class."""
+"""Lightning checkpoints measured offline inside ``Trainer.validate``, their rows captured as the live monitors
+capture them: the same values as the live run at the same steps, from weights-only checkpoints that record
+nothing but their class."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 from lightning.pytorch import Trainer
 
-from capgeo_callbacks.callbacks.rankme_monitor import DEFAULT_LAYERS
+from capgeo_callbacks.capture.layers import DEFAULT_LAYERS
 from capgeo_callbacks.offline import analyze, find_revisions
 from tests.offline.conftest import DIFFICULTY, DM_KWARGS, FACTORY, NUM_ROWS, REL, TASK, TrainedRun, rel_diff
 
@@ -28,7 +29,8 @@ def test_weights_only_checkpoints_give_the_live_series(trained_run: TrainedRun, 
     assert [r["step"] for r in summary["revisions"]] == list(range(4, 37, 4))  # by global_step, not by name
     assert summary["analysis"]["layers"] == ["blocks.0", "blocks.1", "norm_f"]
     assert summary["analysis"]["watched"] == list(DEFAULT_LAYERS)  # nothing recorded: capgeo's default layers
-    assert summary["analysis"]["recorded"] == {"summary": None, "monitor": None, "settings": "default"}
+    assert summary["analysis"]["recorded"] == {"summary": None, "monitor": None, "session": False,
+                                               "settings": "default"}
     assert summary["analysis"]["selector"] == "answer" and summary["duplicate_weights"] == []
     assert summary["task"] == TASK and summary["difficulty"] == DIFFICULTY and summary["size"] == "xs"
     worst = 0.0
@@ -39,8 +41,9 @@ def test_weights_only_checkpoints_give_the_live_series(trained_run: TrainedRun, 
             assert value == pytest.approx(live, rel=REL), tag
             worst = max(worst, rel_diff(value, live))
     print(f"Lightning offline vs live RankMe: worst relative difference {worst:.1e}")
-    for tag, live_points in trained_run.probes.series.items():
-        assert summary["series"][tag] == live_points, tag  # held-out accuracy: a count, exactly equal
+    for tag, live_points in trained_run.probes.series.items():  # measured offline at every revision (probes=True)
+        offline = dict(map(tuple, summary["series"][tag]))
+        assert [[step, offline[step]] for step, _ in live_points] == live_points, tag  # a count: exactly equal
     live_acc = trained_run.detector.acc
     assert [p[0] for p in summary["series"]["acc"]] == [p[0] for p in live_acc]
     for (_, value), (_, live) in zip(summary["series"]["acc"], live_acc, strict=True):

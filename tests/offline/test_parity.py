@@ -1,10 +1,13 @@
-"""Parity of the live and the offline summary of one run.
+"""Offline = live: offline analysis of a run's checkpoints, with the live summary deleted first, recomputes every
+series the rules read and gives the live run's alerts (alert for alert, every compared rule), forecasts, verdict
+and summary.
 
-A real ``Trainer`` fit with ``RankMeMonitor``, ``LinearProbeMonitor`` and ``PrecursorDetector`` saves a
-checkpoint after every evaluation; offline analysis of the run folder measures each checkpoint again and
-builds its summary with the same builder. Every key the two summaries share must be equal: run info,
-settings, acquisition, verdicts, per-layer results, transitions, alerts and their messages, rows,
-selectors, and every series value (to 1e-6 relative: RankMe is recomputed from the same rows).
+A real ``Trainer`` fit with ``RankMeMonitor``, ``LinearProbeMonitor`` (every other evaluation) and
+``PrecursorDetector`` running the study's rule and the rules in ``COMPARED_RULES`` saves a checkpoint after every
+evaluation; offline analysis of a copy of the run folder without ``capgeo_summary.json`` reads the rules, settings
+and run facts from the last checkpoint's run session, measures each checkpoint again and feeds the same session.
+Every key the two summaries share must be equal: numbers to 1e-6 relative (RankMe is recomputed from the same rows),
+all else exactly.
 """
 
 from __future__ import annotations
@@ -12,17 +15,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from capgeo_callbacks.run.summary import SUMMARY_FILENAME, json_safe, read_summary
-from tests.offline.conftest import LAYERS, NUM_ROWS, REL, SETTINGS, TrainedRun
+from capgeo_callbacks.run.summary import json_safe, read_summary
+from tests.offline.conftest import COMPARED_RULES, LAYERS, NUM_ROWS, PROBE_EVERY, REL, SETTINGS, TrainedRun
 
-SHARED = {
-    # run info, from the run folder's summary
-    "task", "difficulty", "size", "seed", "parameters", "max_steps", "lr", "task_params", "datamodule",
-    # the summary builder's
-    "steps", "monitor", "rows", "selectors", "settings", "acquisition_step", "verdict", "gap", "verdict_layer",
-    "layers", "layer_order_rho", "logprob_emergence_step", "acc_at_logprob_emergence", "measures", "alerts", "series",
-}
 OFFLINE_ONLY = {"revisions", "skipped_revisions", "duplicate_weights", "warnings", "analysis"}
+RECOMPUTED = {"acc", "val/acc", "val/token_acc", "val/logprob", "val/loss"}  # by the module's validation_step
 
 
 def differences(live: Any, offline: Any, where: str) -> list[str]:
@@ -45,39 +42,40 @@ def differences(live: Any, offline: Any, where: str) -> list[str]:
     return [f"{where}: live {live!r}, offline {offline!r}"]
 
 
-def test_live_and_offline_summaries_of_one_run_are_equal(trained_run: TrainedRun, offline_run: dict) -> None:
-    detector = trained_run.detector
-    assert detector.alerts, "the run must raise an alert, or the alerts comparison says nothing"
-    assert detector.acquired_step is not None and detector.alerts[0].step < detector.acquired_step
-    live = json_safe(detector.summary)
-    assert read_summary(trained_run.run_dir) == live  # what offline analysis reads is what the detector built
+def test_offline_analysis_gives_the_live_runs_alerts_and_summary(trained_run: TrainedRun, offline_run: dict) -> None:
+    live = json_safe(trained_run.detector.summary)
+    assert read_summary(trained_run.run_dir) == live  # the live summary is the one the detector built
     offline = offline_run
+    assert offline["analysis"]["recorded"]["summary"] is None  # it was deleted: nothing read from it
+    assert offline["analysis"]["recorded"]["session"] is True
 
-    shared = set(live) & set(offline)
-    assert shared >= SHARED, f"not shared: {sorted(SHARED - shared)}"
-    assert set(live) <= set(offline), f"live keys missing offline: {sorted(set(live) - set(offline))}"
-    assert set(offline) - set(live) == OFFLINE_ONLY
-    found = [d for key in sorted(shared) for d in differences(live[key], offline[key], key)]
+    # every rule compared, alert for alert
+    assert list(offline["rules"]) == list(live["rules"]) == ["study", *COMPARED_RULES]
+    assert "rules_left_out" not in live  # each compared rule had its inputs
+    for rule in live["rules"]:
+        mine = [alert for alert in live["alerts"] if alert["rule"] == rule]
+        assert [alert for alert in offline["alerts"] if alert["rule"] == rule] == mine, rule
+    assert offline["forecasts"] == live["forecasts"]
+    assert (offline["verdict"], offline["gap"], offline["acquisition_step"]) == (
+        live["verdict"], live["gap"], live["acquisition_step"])
+
+    # and the whole summary
+    assert set(offline) - set(live) == OFFLINE_ONLY and set(live) <= set(offline)
+    found = [d for key in sorted(live) for d in differences(live[key], offline[key], key)]
     assert not found, "live and offline summaries differ:\n" + "\n".join(found[:40])
 
-    # not vacuous: the compared values are the ones that matter
-    assert offline["settings"] == SETTINGS.to_dict()
-    assert [a["kind"] for a in offline["alerts"]][:3] == ["layer", "layer", "run"]
-    assert all(a["message"].startswith("capgeo precursor alert at step") for a in offline["alerts"])
+    # not vacuous: the compared rules said something, and the series were measured again
+    alerting = {alert["rule"] for alert in live["alerts"] if alert["kind"] == "run"}
+    assert {"study", "probe-crossing", "warmup-end", "clock-20", "loss-onset"} <= alerting, alerting
+    assert live["forecasts"]["token_acc-threshold"] and live["forecasts"]["curve-families"]
     assert offline["acquisition_step"] is not None and offline["verdict"] != "not-acquired"
-    assert set(offline["layers"]) == {"blocks.0", "blocks.1", "norm_f"}
+    assert offline["settings"] == SETTINGS.to_dict() and set(offline["layers"]) == {"blocks.0", "blocks.1", "norm_f"}
+    measured = {tag for entry in offline["revisions"] for tag in entry["rankme"]}
+    assert measured == {"blocks.0", "blocks.1", "norm_f"}
+    assert RECOMPUTED - {"val/acc"} <= set(offline["series"])
+    probed = [p[0] for p in offline["series"]["probe_acc/norm_f"]]
+    assert probed == [p[0] for p in live["series"]["probe_acc/norm_f"]] == [
+        p[0] for p in live["series"]["acc"]][::PROBE_EVERY]  # at the evaluations the live monitor measured
     assert offline["rows"] == {f"{p}/{layer}": NUM_ROWS for p in ("rankme", "probe_acc") for layer in offline["layers"]}
-    assert offline["selectors"] == {"rankme": "answer", "probe_acc": "answer"}
-    # measured again: accuracy, log-prob, RankMe and probes; carried from the live record: what a checkpoint
-    # cannot tell (the training loss, the learning rate) and the per-token scores
-    assert {tag for tag in offline["series"]} == {"acc", "val/logprob", *offline["rows"], "val/token_acc", "val/loss",
-                                                  "train/loss", "lr"}
-    assert len(offline["series"]["acc"]) == len(detector.acc) == 9
-
-    # measured as the live monitor did, from what the run recorded
-    analysis = offline["analysis"]
-    assert analysis["watched"] == list(LAYERS) and analysis["num_rows"] == NUM_ROWS
-    assert analysis["recorded"] == {"summary": str(trained_run.run_dir / SUMMARY_FILENAME), "monitor": "config",
-                                    "settings": "run summary"}
+    assert offline["analysis"]["watched"] == list(LAYERS) and offline["analysis"]["num_rows"] == NUM_ROWS
     assert [r["name"] for r in offline["skipped_revisions"]] == ["last.ckpt"]  # same step and weights as step=36
-    assert offline["duplicate_weights"] == []
