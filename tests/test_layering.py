@@ -77,3 +77,58 @@ def test_no_library_module_is_over_450_lines() -> None:
     long = {path.relative_to(ROOT).as_posix(): n for path in modules("capgeo_callbacks")
             if (n := len(path.read_text().splitlines())) > 450}
     assert not long, f"library modules over 450 lines: {long}"
+
+
+def library(path: str) -> Path:
+    return ROOT / "capgeo_callbacks" / path
+
+
+def imports_of(paths: list[Path]) -> set[str]:
+    return {name for path in paths for _, name in imported(path)}
+
+
+def string_constants(path: Path) -> Iterator[str]:
+    """Every string constant of a module's code (f-string parts included), docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.value
+
+
+def test_the_adapters_reach_the_session_not_each_other() -> None:
+    """The Hugging Face callback and offline analysis feed the run session; neither imports the other or the
+    Lightning glue."""
+    hf = imports_of([library("integrations/hf.py"), library("integrations/hf_models.py")])
+    assert "capgeo_callbacks.run.session" in hf
+    assert not {n for n in hf if n.startswith(("capgeo_callbacks.offline", "capgeo_callbacks.callbacks"))}
+    offline = imports_of(modules("capgeo_callbacks/offline"))
+    assert "capgeo_callbacks.run.session" in offline
+    assert not {n for n in offline if n.startswith(("capgeo_callbacks.callbacks", "capgeo_callbacks.integrations.hf"))
+                and n != "capgeo_callbacks.integrations.hf_models"}
+
+
+def test_measures_take_tensors_and_callables_and_models_take_sizes() -> None:
+    measures = imports_of(modules("capgeo_callbacks/measures"))
+    assert {n for n in measures if n.startswith("capgeo_callbacks") and not n.startswith("capgeo_callbacks.measures")} \
+        == set(), "the measures import only each other"
+    assert not {n for n in imports_of(modules("models")) if top(n) == "tasks"}
+
+
+def test_one_module_names_the_rankme_prefix_and_the_adapters_stay_thin() -> None:
+    holders = sorted(path.relative_to(ROOT).as_posix() for path in modules("capgeo_callbacks")
+                     if any("rankme/" in text for text in string_constants(path)))
+    assert holders == ["capgeo_callbacks/keys.py"]
+    for path, name in ((library("callbacks/precursor_detector.py"), "PrecursorDetector"),
+                       (library("integrations/hf.py"), "CapgeoTrainerCallback")):
+        [cls] = [node for node in ast.parse(path.read_text()).body
+                 if isinstance(node, ast.ClassDef) and node.name == name]
+        assert cls.end_lineno - cls.lineno + 1 <= 165, f"{name} is {cls.end_lineno - cls.lineno + 1} lines"
+        text = path.read_text()
+        assert not any("forecast/" in value for value in string_constants(path)), name  # the session publishes those
+        assert "write_summary" not in text and "_warned" not in text, name
+    every = "\n".join(path.read_text() for path in modules("capgeo_callbacks"))
+    assert "_warned" not in every and every.count("class WarnOnce") == 1  # one warn-once, run/failures.py
+    assert "write_summary(" not in (ROOT / "train.py").read_text()  # the session writes the summary, once

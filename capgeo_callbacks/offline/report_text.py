@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from capgeo_callbacks.keys import RANKME
 from capgeo_callbacks.publish.text import verdict_table
 
 __all__ = ["format_report"]
@@ -19,7 +20,7 @@ def format_report(summary: Mapping[str, Any]) -> str:
     probe = analysis.get("probe_set", {})
     kwargs = probe.get("kwargs", {})
     where = probe.get("path") or f"{kwargs.get('task')}/{kwargs.get('difficulty')} {probe.get('split')} set"
-    rows = sorted({n for tag, n in summary.get("rows", {}).items() if tag.startswith("rankme/")})
+    rows = sorted({n for tag, n in summary.get("rows", {}).items() if tag.startswith(RANKME)})
     lines = [f"offline analysis of {len(summary.get('revisions', []))} {analysis.get('model_kind')} revision(s); "
              f"probe set: {where}; selector {analysis.get('selector')}; rows per layer: "
              f"{', '.join(map(str, rows)) or 'none'} (num_rows {analysis.get('num_rows')})"]

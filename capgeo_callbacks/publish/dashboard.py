@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from capgeo_callbacks.keys import FORECAST, RANKME
+
 EARLY_PREFIX = "rankme_early/"  # RankMe over the first part of the budget only: its own chart, zoomed on it
 FLOOR_PREFIX = "rankme_floor/"  # the lowest RankMe so far, over the same part: the floor as a plateau
 ALERTS_TAG = "capgeo/alerts_raised"  # how many run alerts have been raised, at each evaluation
@@ -24,13 +26,14 @@ def custom_scalars_layout(
     """
     early = f"first {early_share:.0%} of the budget" if early_share else "early steps"
     charts: dict[str, list] = {f"accuracy ({acc_tag})": ["Multiline", [re.escape(acc_tag)]],
-                               "forecast of the acquisition step": ["Multiline", [r"forecast/.*"]],
+                               "forecast of the acquisition step": ["Multiline", [re.escape(FORECAST) + ".*"]],
                                "alerts raised": ["Multiline", [re.escape(ALERTS_TAG)]]}
     for tag in reversed(rankme_tags):
         layer = tag.split("/", 1)[-1]
         charts[f"RankMe {layer}, {early}, and its floor"] = [
             "Multiline", [re.escape(EARLY_PREFIX + layer), re.escape(FLOOR_PREFIX + layer)]]
-    charts["RankMe, all layers, whole run"] = ["Multiline", [re.escape(tag) for tag in rankme_tags] or ["rankme/.*"]]
+    every_layer = [re.escape(tag) for tag in rankme_tags] or [re.escape(RANKME) + ".*"]
+    charts["RankMe, all layers, whole run"] = ["Multiline", every_layer]
     if logprob_tag:
         charts[f"log-prob ({logprob_tag})"] = ["Multiline", [re.escape(logprob_tag)]]
     layout = {"capgeo: RankMe per layer vs accuracy": charts}

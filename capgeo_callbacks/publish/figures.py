@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from capgeo_callbacks.keys import RANKME
 from capgeo_callbacks.publish.text import first_warnings
 from capgeo_callbacks.run.summary import layer_names
 
@@ -80,7 +81,7 @@ def draw_run(axis: Any, summary: Mapping[str, Any], *, markers: bool, linewidth:
     handles: list[Any] = []
     positive = True
     for name in names:
-        steps, values = _series(summary, f"rankme/{name}")
+        steps, values = _series(summary, f"{RANKME}{name}")
         if not steps:
             continue
         positive &= min(values) > 0

@@ -1,0 +1,84 @@
+"""The run session on its own, fed by a plain loop: rules that lack their inputs are left out with one message each
+saying what to log or pass, alerts are announced once, forecasts are published, and the summary is written once
+with what was added to the run info."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from capgeo_callbacks.detection import DetectionSettings
+from capgeo_callbacks.publish.publisher import Publisher
+from capgeo_callbacks.rules import default_rules
+from capgeo_callbacks.run.failures import WarnOnce
+from capgeo_callbacks.run.session import Measurements, RunSession
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME
+from tests.detection.conftest import PRECURSOR_ACC, PRECURSOR_RANKME, STEPS
+from tests.rules.conftest import INFO, TOKEN_ACC
+
+
+class Recorded(Publisher):
+    def __init__(self) -> None:
+        self.scalars_at: dict[int, dict[str, float]] = {}
+        self.alerts: list[str] = []
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        self.scalars_at.setdefault(step, {}).update(values)
+
+    def alert(self, title: str, text: str, step: int) -> None:
+        self.alerts.append(text)
+
+
+def test_rules_without_their_inputs_say_once_what_to_log_and_stay_silent() -> None:
+    said: list[str] = []
+    session = RunSession(default_rules(DetectionSettings(smoothing=1)), warn=WarnOnce("capgeo", said.append))
+    for step, acc in zip(STEPS, PRECURSOR_ACC, strict=True):  # only the accuracy, no measure, no run facts
+        session.evaluate(step, acc)
+    assert session.tracker.left_out == {"study": ["rankme/*"], "probe-crossing": ["probe_acc/*"],
+                                        "token_acc-threshold": ["val/token_acc", "chance"]}
+    assert len(said) == 3  # once each, at the first evaluation
+    study, probes, forecaster = said
+    assert "rule 'study' is left out of this run" in study and "RankMeMonitor" in study
+    assert "'probe_acc/*'" in probes and "LinearProbeMonitor" in probes
+    assert "self.log('val/token_acc', value)" in forecaster and "run_info={'chance': " in forecaster
+    assert session.alerts == [] and session.tracker.forecasts == {}
+    assert session.build_summary()["rules_left_out"]["token_acc-threshold"] == ["val/token_acc", "chance"]
+
+
+def test_alerts_once_forecasts_published_and_the_summary_written_once(tmp_path: Path) -> None:
+    announced: list = []
+    session = RunSession(default_rules(DetectionSettings(smoothing=1)), run_info=INFO, on_alert=announced.append)
+    publisher = Recorded()
+    measured: dict[str, list[list[float]]] = {"rankme/last": [], "probe_acc/last": []}
+    for i, (step, acc) in enumerate(zip(STEPS, PRECURSOR_ACC, strict=True)):
+        measured["rankme/last"].append([step, PRECURSOR_RANKME[i]])
+        measured["probe_acc/last"].append([step, 0.1 if i < 6 else 0.7])
+        session.evaluate(step, acc, {"val/token_acc": TOKEN_ACC[i]}, Measurements(measured), publisher)
+    assert session.tracker.left_out == {}
+    rules = [a.rule for a in session.alerts]
+    assert rules == [a.rule for a in announced] and {"probe-crossing", "study", "token_acc-threshold"} == set(rules)
+    assert publisher.alerts == [a.message() for a in session.alerts]  # each announced once
+    forecasts = [f for f in session.tracker.forecasts["token_acc-threshold"] if math.isfinite(f.predicted)]
+    assert forecasts and all(publisher.scalars_at[f.step]["forecast/token_acc-threshold"] == f.predicted
+                             for f in forecasts)  # "not within reach" is not a point to plot
+    session.add_run_info({"cpu_seconds": 12.5})
+    written = session.finish(Measurements(measured), steps=1900, directory=tmp_path)
+    assert json.loads((tmp_path / SUMMARY_FILENAME).read_text())["cpu_seconds"] == 12.5 == written["cpu_seconds"]
+    (tmp_path / SUMMARY_FILENAME).unlink()
+    session.finish(Measurements(measured), steps=1900, directory=tmp_path)
+    assert not (tmp_path / SUMMARY_FILENAME).exists()  # written once per run
+
+
+def test_a_session_rebuilds_from_its_state() -> None:
+    session = RunSession(default_rules(), DetectionSettings(min_drop=0.3), INFO, monitor="val/exact")
+    for step, acc in zip(STEPS[:5], PRECURSOR_ACC[:5], strict=True):
+        session.evaluate(step, acc)
+    state = json.loads(json.dumps(session.state_dict()))  # what a checkpoint keeps, as plain data
+    rebuilt = RunSession.from_state(state)
+    assert [rule.settings() for rule in rebuilt.tracker.rules] == [rule.settings() for rule in session.tracker.rules]
+    assert (rebuilt.settings, rebuilt.run_info, rebuilt.monitor) == (session.settings, INFO, "val/exact")
+    assert rebuilt.acc == []  # configured as the run was, with an empty record
+    rebuilt.load_state_dict(state)
+    assert rebuilt.acc == session.acc and rebuilt.tracker.left_out == session.tracker.left_out
