@@ -282,8 +282,11 @@ class RunCost(Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
         if detector is not None:
-            detector.session.add_run_info({**self.totals(), "accelerator": self.accelerator,
-                                           "machine": f"{platform.node()} ({self.accelerator})"})
+            detector.session.add_run_info(self.fields())
+
+    def fields(self) -> dict[str, Any]:
+        """What the summary records of the cost: the totals, the accelerator and the machine."""
+        return {**self.totals(), "accelerator": self.accelerator, "machine": f"{platform.node()} ({self.accelerator})"}
 
     def totals(self) -> dict[str, Any]:
         cpu, wall = self.cpu_seconds, self.wall_seconds
@@ -458,10 +461,12 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
                                        answer_len=datamodule.answer_len, rules=rules)
     if args.stop_when_learned:
         measures.append(StopWhenLearned(args.evals_after_learned))
-    trainer = build_trainer(args, [RunCost(), *measures, *callbacks], logger)
+    run_cost = RunCost()
+    trainer = build_trainer(args, [run_cost, *measures, *callbacks], logger)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    detector = next(cb for cb in measures if isinstance(cb, PrecursorDetector))
-    summary = {**json_safe(detector.summary), "run_dir": logger.log_dir}
+    detector = next((cb for cb in measures if isinstance(cb, PrecursorDetector)), None)
+    written = json_safe(detector.summary) if detector is not None else {**run_cost.fields(), **run_info}
+    summary = {**written, "run_dir": logger.log_dir}
     if trainer.is_global_zero:
         print_summary(summary, trainer)
     return summary

@@ -30,10 +30,11 @@ import lightning.pytorch as pl
 import capgeo_callbacks
 import train
 from benchmarks._timing import CLOCKS, add_timing_args, apply_timing_args, interleaved, median
-from capgeo_callbacks.callbacks import base, precursor_detector
+from capgeo_callbacks.callbacks import base
 from capgeo_callbacks.capture import hooks as capture
 from capgeo_callbacks.publish import loggers
 from capgeo_callbacks.run.schedule import evaluation_steps
+from capgeo_callbacks.run.session import RunSession
 from tasks import DIFFICULTIES, TASKS
 from tasks.budgets import budget
 
@@ -73,7 +74,8 @@ class ComponentClock:
 
         # not EvaluationSchedule: its step-0 validation is the validation itself, in both settings
         callbacks = [obj for obj in vars(capgeo_callbacks).values() if inspect.isclass(obj)
-                     and issubclass(obj, pl.Callback) and obj.__name__ not in ("MeasureCallback", "EvaluationSchedule")]
+                     and issubclass(obj, pl.Callback)
+                     and obj.__name__ not in ("MeasureCallback", "EvaluationSchedule", "StepProgressBar")]
         for cls in callbacks:  # each class's hooks, inherited ones included, under its own name
             for name in dir(cls):
                 defined = next((o for o in cls.__mro__ if name in vars(o)), None)
@@ -82,10 +84,9 @@ class ComponentClock:
                     patch(cls, name, cls.__name__)
         # the forward hooks (row capture), the figures and the loggers, wherever they are called from
         patch(capture.HiddenStateCapture, "add", "capture (forward hooks)")
-        patch(precursor_detector.PrecursorDetector, "_publish_figures", "figures")
+        patch(RunSession, "publish_figures", "figures")
         for name in ("publish_text", "publish_image", "publish_alert", "publish_hparams"):
             patch(loggers, name, "logging")
-            patch(precursor_detector, name, "logging")
         patch(base.MeasureCallback, "record", "logging")
         try:
             yield self

@@ -66,13 +66,13 @@ def pairs(runs: Sequence[ScoredRun]) -> list[tuple[Any, int | None]]:
 
 
 FORECASTERS: dict[str, Fitted] = {
-    "clock": lambda train: ClockForecaster.fit(pairs(train)),
+    "clock": lambda train: ClockForecaster().fit(pairs(train)),
     "token_acc-threshold": lambda train: ThresholdForecaster("token_acc", window=1.0),
-    "token_acc-threshold-calibrated": lambda train: ThresholdForecaster.fit(pairs(train), "token_acc", window=1.0),
-    "logprob-threshold-calibrated": lambda train: ThresholdForecaster.fit(pairs(train), "logprob", window=1.0),
+    "token_acc-threshold-calibrated": lambda train: ThresholdForecaster("token_acc", window=1.0).fit(pairs(train)),
+    "logprob-threshold-calibrated": lambda train: ThresholdForecaster("logprob", window=1.0).fit(pairs(train)),
     "curve-families": lambda train: CurveForecaster(),
-    "ridge": lambda train: RidgeForecaster.fit(pairs(train)),
-    "ridge-geometry": lambda train: RidgeForecaster.fit(pairs(train), geometry=True),
+    "ridge": lambda train: RidgeForecaster().fit(pairs(train)),
+    "ridge-geometry": lambda train: RidgeForecaster(geometry=True).fit(pairs(train)),
 }
 FIXED_WARNINGS = ("study", "geometry-guarded", "loss-onset", "logprob-emergence", "probe-crossing", "warmup-end",
                   "clock-20")
@@ -83,7 +83,7 @@ def warning_candidates() -> dict[str, Fitted]:
     candidates: dict[str, Fitted] = {name: (lambda train, name=name: make_rule(name)) for name in FIXED_WARNINGS}
     for horizon in HORIZONS:
         candidates[f"ridge-warning-{horizon}"] = lambda train, h=horizon: _named(
-            RidgeForecaster.fit(pairs(train), horizon=h), f"ridge-warning-{h}")
+            RidgeForecaster(horizon=h).fit(pairs(train)), f"ridge-warning-{h}")
         candidates[f"token_acc-warning-{horizon}"] = lambda train, h=horizon: _named(
             ThresholdForecaster("token_acc", window=1.0, horizon=h), f"token_acc-warning-{h}")
     return candidates
