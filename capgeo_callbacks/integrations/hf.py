@@ -112,8 +112,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.probe_rows, self.layers, self.selector, self.num_rows = rows, patterns, selector, num_rows
         self.points, self.schedule, self.max_steps = points, schedule, max_steps
         self.acc_fn, self.output_dir = acc_fn, output_dir
-        self.scored = {TARGET_KEY, MASK_KEY} <= set(rows)
-        self.probes = bool(probes) and self.scored and selector == "answer"
+        self.probes = bool(probes) and {TARGET_KEY, MASK_KEY} <= set(rows) and selector == "answer"
         self.batches = probe_batches(rows, batch_size)
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
                                   token_acc_key=TOKEN_ACC, on_alert=on_alert,
@@ -186,9 +185,9 @@ class CapgeoTrainerCallback(TrainerCallback):
         if ACC_KEY not in measured.scalars:
             self.session.warn("no-acc", "the probe rows have no targets + answer_mask and no acc_fn was given: "
                               "accuracy is NaN, so acquisition is never detected")
-        values = {**{f"{RANKME}{k}": v for k, v in measured.rankme.items()},
-                  **{f"{PROBE_ACC}{k}": v for k, v in measured.probe_acc.items()}}
-        logged = {tag: value for tag, value in values.items() if value == value}  # NaN: not measured
+        layers = ((RANKME, measured.rankme), (PROBE_ACC, measured.probe_acc))
+        logged = {f"{prefix}{label}": value for prefix, values in layers for label, value in values.items()
+                  if value == value}  # NaN: not measured
         for tag, value in logged.items():
             append_point(self.series.setdefault(tag, []), step, value)
         self.rows.update(measured.rows)
