@@ -1,6 +1,6 @@
 """Lightning callbacks: thin glue around the measures and detection (one callback a file)."""
 
-from capgeo_callbacks.callbacks.base import GradientMeasureCallback, MeasureCallback, never_fails
+from capgeo_callbacks.callbacks.base import GradientMeasureCallback, MeasureCallback
 from capgeo_callbacks.callbacks.evaluation_schedule import EvaluationSchedule
 from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientRankMonitor
 from capgeo_callbacks.callbacks.hessian_monitor import HessianMonitor
@@ -8,6 +8,7 @@ from capgeo_callbacks.callbacks.linear_probe_monitor import LinearProbeMonitor
 from capgeo_callbacks.callbacks.llc_monitor import LLCMonitor
 from capgeo_callbacks.callbacks.precursor_detector import PrecursorDetector
 from capgeo_callbacks.callbacks.rankme_monitor import RankMeMonitor
+from capgeo_callbacks.run.failures import never_fails
 
 __all__ = [
     "EvaluationSchedule",

@@ -13,7 +13,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import GradientMeasureCallback, check_positive_int
+from capgeo_callbacks.callbacks.base import GradientMeasureCallback
+from capgeo_callbacks.run.failures import check_positive_int
 from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
 
 

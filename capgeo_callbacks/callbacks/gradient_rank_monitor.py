@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import GradientMeasureCallback, check_positive_int
+from capgeo_callbacks.callbacks.base import GradientMeasureCallback
 from capgeo_callbacks.measures.gradients import (
     ForwardFn,
     LossFn,
@@ -21,6 +21,7 @@ from capgeo_callbacks.measures.gradients import (
     gradient_effective_rank,
     per_example_gradients,
 )
+from capgeo_callbacks.run.failures import check_positive_int
 
 
 class GradientRankMonitor(GradientMeasureCallback):
