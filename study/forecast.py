@@ -53,11 +53,19 @@ FRACTION_KEYS = ("0.1", "0.25", "0.5", "0.75")
 Fitted = Callable[[Sequence[ScoredRun]], Rule]
 
 
-def selection_runs() -> list[ScoredRun]:
+def selection_runs(registration: Path = REGISTRATION) -> list[ScoredRun]:
+    """The runs the choice is made on: the hard runs and shuffled-answer controls, and once the choice is
+    registered, exactly the runs the registration lists (runs committed after it do not move a frozen choice)."""
     runs = load_runs(CORPUS / "hard") + load_runs(CORPUS / "controls")
     bad = [run.name for run in runs if run.seed is None or run.seed >= 100]
     if bad:
         raise SystemExit(f"held-out runs among the selection data: {bad}")
+    if registration.exists():
+        listed = json.loads(registration.read_text())["selection"]["runs"]
+        runs = [run for run in runs if Path(run.name).name in listed]
+        missing = sorted(set(listed) - {Path(run.name).name for run in runs})
+        if missing:
+            raise SystemExit(f"runs the registration was chosen on are missing from the corpus: {missing}")
     return runs
 
 
