@@ -229,8 +229,15 @@ def registered_rules(path: str) -> tuple[list[Rule], dict[str, Any] | None]:
         rule.name = entry["name"]
         if all(rule.name != other.name for other in rules):
             rules.append(rule)
-    return rules, {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(),
+    return rules, {"path": recorded_path(path), "sha256": hashlib.sha256(data).hexdigest(),
                    "warning": registration["warning"]["name"], "forecaster": registration["forecaster"]["name"]}
+
+
+def recorded_path(path: str) -> str:
+    """A file as a summary records it: relative to the checkout, or by its name when it lies outside (a summary
+    names no folder of the machine it ran on)."""
+    resolved, root = Path(path).resolve(), Path(__file__).resolve().parent
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else resolved.name
 
 
 def provenance() -> dict[str, Any]:

@@ -7,7 +7,8 @@ shuffled-answer controls, run only under a committed registration (``study/regis
         --rules <registered warning> ... --forecasters <registered forecaster> ...
 
 Each run records the registration's sha256 and the code commit (train.py ``--registration``); the scorer
-reports a held-out run only when both match a registration committed before it.
+reports a held-out run only when both match a registration committed before it. ``run`` refuses a tree with
+uncommitted changes, so the commit a run records is the code it ran.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from study.corpus import CORPUS, write_packed
 from study.forecast import REGISTRATION
-from study.runner import ROOT, Job, run_jobs, summary_of
+from study.runner import ROOT, Job, require_clean_tree, run_jobs, summary_of
 
 RUNS = ROOT / "runs" / "heldout"
 
@@ -206,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(DOC.read_text())
         return
     if args.command == "run":
+        require_clean_tree("the held-out test")  # each run must name the code it ran
         os.nice(args.nice)
         jobs = heldout_jobs()
         done = [job for job in jobs if (CORPUS / "heldout" / f"{job.name}.json.gz").exists()]

@@ -33,6 +33,30 @@ def test_held_out_seeds_need_a_committed_registration(tmp_path: Path) -> None:
         heldout.heldout_jobs(uncommitted)
 
 
+def test_registered_runs_refuse_a_tree_with_uncommitted_changes(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from study.runner import require_clean_tree
+
+    git = lambda *args: subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "code")
+    assert len(require_clean_tree("a test", tmp_path)) == 40
+    (tmp_path / "code.py").write_text("x = 2\n")
+    with pytest.raises(SystemExit, match="uncommitted changes"):
+        require_clean_tree("a test", tmp_path)
+    # the held-out test asks before it starts a run
+    asked = []
+    monkeypatch.setattr(heldout, "require_clean_tree", lambda what: asked.append(what) or (_ for _ in ()).throw(
+        SystemExit("dirty")))
+    with pytest.raises(SystemExit, match="dirty"):
+        heldout.main(["run"])
+    assert asked == ["the held-out test"]
+
+
 def test_the_corpus_refuses_held_out_seeds() -> None:
     from study.corpus import _job
 
