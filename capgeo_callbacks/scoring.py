@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.detection import Chance, DetectionSettings, label_run
+from capgeo_callbacks.detection import Alert, Chance, DetectionSettings, label_run
 from capgeo_callbacks.detection.onset import learning_onset
 from capgeo_callbacks.rules import Forecast, Rule, RunView, make_rule
 from capgeo_callbacks.runs import find_runs
@@ -136,16 +136,22 @@ def load_runs(folder: str | Path, seeds: Sequence[int] | None = None) -> list[Sc
     return runs
 
 
-def first_warning(rule: Rule, run: RunView) -> int | None:
-    """The step of ``rule``'s first run alert on ``run`` (replayed until it fires), or None."""
+def first_alert(rule: Rule, run: RunView) -> Alert | None:
+    """``rule``'s first run alert on ``run`` (replayed until it fires), or None."""
     alerts: list = []
     for end in range(1, len(run.steps) + 1):
         output = rule.update(run.prefix(end), alerts)
         alerts += output.alerts
-        fired = [alert.step for alert in output.alerts if alert.kind == "run"]
+        fired = [alert for alert in output.alerts if alert.kind == "run"]
         if fired:
             return fired[0]
     return None
+
+
+def first_warning(rule: Rule, run: RunView) -> int | None:
+    """The step of ``rule``'s first run alert on ``run``, or None."""
+    alert = first_alert(rule, run)
+    return None if alert is None else alert.step
 
 
 def _spread(values: Sequence[float]) -> dict[str, Any]:
