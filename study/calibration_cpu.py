@@ -139,23 +139,23 @@ def window_text(runs: Sequence[ScoredRun] | None = None) -> str:
     """The fall-back count and the window it fixes (docs/design.md, "Labels")."""
     runs = cpu_runs() if runs is None else runs
     found = [fallback(run) for run in runs]
-    held = [f for f in found if f.full_step is not None]
-    late = [f for f in held if f.late]
-    rate = Rate(len(late), len(held))
+    stopped = [f for f in found if f.fully_when_stopped]
+    late = [f for f in stopped if f.late]
+    rate = Rate(len(late), len(stopped))
     chosen = window(runs)
     left = missing()
     text = (f"Counted on the whole runs of `corpus/{PHASE}/` (the registered tasks, hard, seeds 0-2, on this CPU, "
             f"one thread, to the end of the budget; {len(runs)} of {len(runs) + len(left)} runs"
-            + (f", {', '.join(left)} not yet run" if left else "") + f"): {len(held)} held 0.9, and {rate} of them "
-            f"fell back later than {WINDOW_TESTED} evaluations after 0.9 had held, where a run stopped by "
-            "`--stop-when-learned` would have been labelled acquired fully")
+            + (f", {len(left)} not yet run" if left else "") + f"): {len(stopped)} would have been labelled acquired "
+            f"fully by a run stopped {WINDOW_TESTED} evaluations after 0.9 had held, and {rate} of them fell back "
+            "later in the whole run")
     if late:
         text += " (" + "; ".join(f"{f.name}: fall-back from step {f.fallback_step}, confirmed {f.evaluations_after} "
                                  "evaluations after 0.9 held" for f in late) + ")"
     if chosen == WINDOW_TESTED:
         text += (f". The window stays {chosen} evaluations (`train.py --evals-after-learned`, every phase that stops "
-                 f"when learned); a later fall-back is not ruled out: at most {rate.interval[1]:.0%} of runs "
-                 "(Wilson 95% upper bound)." if rate.n else
+                 f"when learned); a later fall-back is not ruled out: it may come in up to {rate.interval[1]:.0%} of "
+                 "runs (Wilson 95% upper bound)." if rate.n else
                  f". No run held 0.9 yet: the window stays {chosen} evaluations, untested.")
     else:
         text += (f". The window becomes {chosen} evaluations (`train.py --evals-after-learned`, every phase that "

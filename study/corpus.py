@@ -163,11 +163,15 @@ PARTIAL_COST = {
 LABELLED_PHASES = ("calibration", *PHASES, "heldout")
 
 
-@functools.cache
 def label_rows(corpus: Path = CORPUS) -> tuple[dict[str, Any], ...]:
     """One row per committed run of every phase: what it is, what it learned (its labels, recomputed), what it cost
     and where it ran; ``copy_of`` names the calibration run a ``hard`` run is a copy of (the calibration runs at a
-    level's final setting are filed as the corpus' hard runs too)."""
+    level's final setting are filed as the corpus' hard runs too). Computed once per folder and process."""
+    return _label_rows(Path(corpus).resolve())
+
+
+@functools.cache
+def _label_rows(corpus: Path) -> tuple[dict[str, Any], ...]:
     rows = []
     digests: dict[str, str] = {}
     for phase in LABELLED_PHASES:

@@ -343,6 +343,25 @@ def _cpu_verdict(s: dict[str, Any]) -> str:
             + " the clock fitted on the CPU calibration seeds")
 
 
+def early_collapse(phases: Sequence[str] = ("hard", "controls", "heldout")) -> str:
+    """How far every layer's RankMe falls inside the warm-up (from the highest value before its lowest there), in
+    every run of ``phases``, and how many acquired runs recover before acquisition (verdict ``precursor``)."""
+    from capgeo_callbacks.summary import read_summary
+    from study.ablation import troughs
+
+    drops, acquired, precursors = [], 0, 0
+    for phase in phases:
+        for path in sorted((CORPUS / phase).glob("*.json.gz")):
+            summary = read_summary(path)
+            drops.append(min(drop for _, _, drop in troughs(summary, summary["warmup_steps"]).values()))
+            if summary.get("acquisition_step") is not None:
+                acquired += 1
+                precursors += summary.get("verdict") == "precursor"
+    return (f"In each of the {len(drops)} runs of the {', '.join(phases)} phases, shuffled-answer controls included, "
+            f"every layer's RankMe falls by at least {min(drops):.0%} of its peak inside the learning-rate warm-up; "
+            f"{precursors} of the {acquired} that go on to acquire recover before they do.")
+
+
 def study_rule(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") -> str:
     """What the study's rule says on the held-out runs and on the controls of the calibration seeds."""
     from capgeo_callbacks.scoring import first_alert, load_runs
@@ -362,8 +381,9 @@ def study_rule(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldo
                "less precise than")
     earlier = (study["lead_share"]["median"] or 0) > (registered["lead_share"]["median"] or 0)
     onset = study["lead_over_onset"]["median"]
-    return (f"On the held-out runs the study's rule is {precise} the registered warning ({study['precision']} "
-            f"against {registered['precision']}) and rings {'earlier' if earlier else 'later'} (a median "
+    return (early_collapse() + f" On the held-out runs the study's rule is {precise} the registered warning "
+            f"({study['precision']} against {registered['precision']}) and rings {'earlier' if earlier else 'later'} "
+            "(a median "
             f"{study['lead_share']['median']:.2f} of the time to acquisition before it, against "
             f"{registered['lead_share']['median']:.2f}), a median {onset:.0f} steps "
             f"{'before' if onset >= 0 else 'after'} the answer's log-prob starts to rise. It rang on "
