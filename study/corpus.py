@@ -138,8 +138,8 @@ def write_packed(summary: dict[str, Any], path: Path) -> Path:
     """A summary as compact gzipped JSON (what the repository commits)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     summary = {key: value for key, value in summary.items() if key != "run_dir"}
-    with gzip.open(path, "wt") as handle:
-        json.dump(json_safe(summary), handle, separators=(",", ":"))
+    data = json.dumps(json_safe(summary), separators=(",", ":")).encode()
+    path.write_bytes(gzip.compress(data, mtime=0))  # no time stamp: the same summary packs to the same bytes
     return path
 
 
@@ -288,7 +288,8 @@ def cost_table(rows: Sequence[dict[str, Any]]) -> str:
         entry["short"] += row["cpu_seconds"] is None or bool(row["partial_cost"])
 
     def hours(entry: dict[str, Any]) -> str:
-        return f"{entry['hours']:.2f}" + (f" (at least: {entry['short']} runs incomplete)" if entry["short"] else "")
+        short = entry["short"]
+        return f"{entry['hours']:.2f}" + (f" (at least: {short} run{'s' * (short > 1)} incomplete)" if short else "")
 
     lines = ["| phase | machine | runs | of them copies of calibration runs | CPU hours of the others |",
              "| --- | --- | ---: | ---: | --- |"]
