@@ -17,6 +17,7 @@ import contextlib
 import difflib
 import importlib
 import io
+import os
 import re
 import shlex
 import sys
@@ -96,8 +97,13 @@ def run_command(command: str) -> str:
         raise ValueError(f"a generated passage names a command 'python -m MODULE ARGS', not {command!r}")
     module = importlib.import_module(words[2])
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        module.main(words[3:])
+    here = Path.cwd()
+    os.chdir(ROOT)  # its paths are the repository's, as the passage shows them
+    try:
+        with contextlib.redirect_stdout(out):
+            module.main(words[3:])
+    finally:
+        os.chdir(here)
     return out.getvalue().rstrip("\n")
 
 

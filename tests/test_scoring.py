@@ -42,11 +42,12 @@ NEVER = [0.0] * 20
 class AlarmAt(Rule):
     """Warns at a fixed step, whatever the run."""
 
-    name = "alarm-at-300"
+    def __init__(self, step: int = 300) -> None:
+        self.at, self.name = step, f"alarm-at-{step}"
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
-        if not raised and run.step >= 300:
-            return RuleOutput(alerts=[self.alert(run, "step 300")])
+        if not raised and run.step >= self.at:
+            return RuleOutput(alerts=[self.alert(run, f"step {self.at}")])
         return RuleOutput()
 
 
@@ -84,15 +85,7 @@ def test_an_alert_at_or_after_acquisition_is_no_warning(folder: Path) -> None:
     """Acquired at 500: an alert at 500 or later warned of nothing, so it counts neither for nor against precision;
     on runs never acquired it is a false alarm whenever it comes."""
 
-    class AlarmAt600(AlarmAt):
-        name = "alarm-at-600"
-
-        def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
-            if not raised and run.step >= 600:
-                return RuleOutput(alerts=[self.alert(run, "step 600")])
-            return RuleOutput()
-
-    scores = warning_scores(AlarmAt600(), load_runs(folder))
+    scores = warning_scores(AlarmAt(600), load_runs(folder))
     assert (scores["precision"], scores["recall"]) == (Rate(0, 2), Rate(0, 1))
     assert scores["false_alarms_controls"] == Rate(1, 1) and scores["false_alarms_never_acquired"] == Rate(1, 1)
 
