@@ -266,7 +266,7 @@ def report(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout")
     lines += [f"The clock and the calibrated log-prob threshold fitted, by the same code, on `corpus/{PHASE}/` (the "
               f"registered tasks' calibration seeds run on this CPU, one thread, {len(s['cpu_runs'])} runs), beside "
               "the registered ones; the registered figures above stay as registered "
-              "([calibration/cpu.md](calibration/cpu.md)).", "",
+              "([calibration/cpu.md](calibration/cpu.md))." + _unclocked(s), "",
               forecast_table([s["forecasts"][forecaster], *[s["forecasts"][name] for name in s["cpu_forecasts"]],
                               *s["cpu_forecasts"].values()]), "",
               "Targets with the comparators fitted on this CPU:", "",
@@ -333,6 +333,19 @@ def brief(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") 
               + ("beats" if verdicts["forecast error at 50% <= half the clock's"] else "is **no better than**")
               + " the registered clock" + _cpu_verdict(s) + " (targets: [docs/heldout.md](docs/heldout.md))."]
     return "\n".join(lines)
+
+
+def _unclocked(s: dict[str, Any]) -> str:
+    """The tasks the CPU clock has no step for (no calibration seed reached 0.5 on the CPU)."""
+    from study.calibration_cpu import refitted
+
+    registered = s["frozen"]["compared_with"]["forecasters"]["clock"]["settings"]["table"]
+    cpu = refitted(s["cpu_runs"])["clock"].settings()["table"]
+    missing = sorted(set(registered) - set(cpu))
+    if not missing:
+        return ""
+    return (f" The CPU clock has no step for {', '.join(missing)}: no calibration seed reached 0.5 there on this "
+            "CPU, so it never forecasts those held-out runs (an infinite error).")
 
 
 def _cpu_verdict(s: dict[str, Any]) -> str:
