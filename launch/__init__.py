@@ -12,6 +12,7 @@ checkpoint. The checkout is not part of the wheel: Ray and submitit are the ``sw
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,9 +31,9 @@ from launch.trials import (
     summary_of,
 )
 
-__all__ = ["ENGINES", "LOG_NAME", "ROOT", "Outcome", "Trial", "TrialFailed", "launch", "no_callbacks",
-           "outcome_line",
-           "require_clean_tree", "run_state", "run_trial", "source_provenance", "summary_of"]
+__all__ = ["ENGINES", "LOG_NAME", "ROOT", "Outcome", "Trial", "TrialFailed", "add_launch_arguments", "launch",
+           "launch_with", "no_callbacks", "outcome_line", "require_clean_tree", "run_state", "run_trial",
+           "source_provenance", "summary_of"]
 
 ENGINES = ("ray", "submitit")
 
@@ -122,3 +123,18 @@ def launch(trials: Sequence[Trial], engine: str = "ray", jobs: int | None = 1, a
     show(f"launch: {', '.join(f'{n} {action}' for action, n in counts.items())} in {time.time() - started:.0f} s"
          + (f"; failed: {', '.join(failed)}" if failed else ""))
     return ordered
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser, workers: int = 2) -> None:
+    """The launch options of a command that runs trials (the study's phases): ``--workers``, ``--engine``,
+    ``--address``."""
+    parser.add_argument("--workers", type=int, default=workers, help=f"trials at once (default: {workers})")
+    parser.add_argument("--engine", choices=ENGINES, default="ray",
+                        help="ray: Ray Tune, a local Ray unless --address; submitit: Slurm, or local processes where "
+                             "there is no Slurm (default: ray)")
+    parser.add_argument("--address", default=None, help="join the Ray cluster at this address (docs/sweeps.md)")
+
+
+def launch_with(trials: Sequence[Trial], args: argparse.Namespace, **options: Any) -> list[Outcome]:
+    """:func:`launch` with the options :func:`add_launch_arguments` parsed."""
+    return launch(trials, engine=args.engine, jobs=args.workers, address=args.address, **options)
