@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ def start_ray(address: str | None = None, cpus: int | None = None) -> None:
     Raises:
         SystemExit: when Ray is not installed, or no cluster answers at ``address``.
     """
+    if address is not None:
+        check_reachable(address)
     try:
         import ray
     except ImportError as err:
@@ -78,6 +81,19 @@ def start_ray(address: str | None = None, cpus: int | None = None) -> None:
             ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise SystemExit(f"cannot reach a Ray cluster at --address {address}: {err}") from err
+
+
+def check_reachable(address: str, seconds: float = 5.0) -> None:
+    """Fail at once when nothing listens at a ``host:port`` Ray address (Ray itself retries for minutes); ``auto``
+    and addresses without a port are left to Ray."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as err:
+        raise SystemExit(f"cannot reach a Ray cluster at --address {address}: {err} (is `ray start --head` running "
+                         f"there, and is the port open?)") from err
 
 
 def run_ray(trials: Sequence[Trial], jobs: int | None = None, address: str | None = None,

@@ -133,8 +133,8 @@ class CapabilityStopper(Callback):
                                                                           len(run.steps) + 1)]
             if all(p is not None and p > self.reach * budget for p in predicted):
                 last = predicted[-1]
-                where = "not within reach" if last is None or math.isinf(last) else f"step {last:.0f}"
-                return True, (f"{self.forecaster.name} forecasts acquisition at {where}, beyond "
+                where = "not within reach" if last is None or math.isinf(last) else f"at step {last:.0f}"
+                return True, (f"{self.forecaster.name} forecasts acquisition {where}, beyond "
                               f"{self.reach:g} x the budget of {budget}, at {self.patience} evaluations in a row")
         return False, "may still arrive"
 
