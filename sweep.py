@@ -145,6 +145,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--address", default=None,
                         help="join the Ray cluster at this address (ray start --head prints it; 'auto': the one this "
                              "machine belongs to)")
+    parser.add_argument("--slurm", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="with --engine submitit: Slurm options, e.g. partition=gpu time=240 (slurm_KEY)")
     parser.add_argument("--stop-when-learned", action="store_true",
                         help="end each run 8 evaluations after val/acc has held 0.9 (passed to train.py; such a run "
                              "counts as finished)")
@@ -163,6 +165,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--gpus must be at least 0, got {args.gpus}")
     if args.address is not None and args.engine != "ray":
         parser.error("--address joins a Ray cluster: it needs --engine ray")
+    malformed = [item for item in args.slurm if "=" not in item]
+    if malformed:
+        parser.error(f"--slurm takes KEY=VALUE pairs, got {' '.join(malformed)}")
+    args.slurm = {f"slurm_{key}": value for key, _, value in (item.partition("=") for item in args.slurm)}
     if args.stop_when_learned and "--stop-when-learned" not in args.extra_args:
         args.extra_args = [*args.extra_args, "--stop-when-learned"]
     args.threads = threads_per_run(args.jobs, args.threads)
@@ -209,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> list[Outcome]:
     print(f"sweep: {total} runs in {args.logdir}, {args.jobs} at a time, OMP_NUM_THREADS={args.threads}", flush=True)
     outcomes = launch(trials, engine=args.engine, jobs=args.jobs, address=args.address,
                       callbacks=capability_stopper if args.capability_stopper else no_callbacks,
-                      storage=Path(args.logdir).absolute() / ".engine", name="sweep")
+                      storage=Path(args.logdir).absolute() / ".engine", slurm=args.slurm, name="sweep")
     if any(outcome.action == "failed" for outcome in outcomes):
         raise SystemExit(1)
     return outcomes

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,8 @@ def outcome_line(index: int, total: int, outcome: Outcome) -> str:
 
 def launch(trials: Sequence[Trial], engine: str = "ray", jobs: int | None = 1, address: str | None = None,
            callbacks: CallbackFactory = no_callbacks, cpus: int | None = None, storage: Path | None = None,
-           seconds: float | None = None, cluster: str | None = None, name: str = "capgeo",
+           seconds: float | None = None, cluster: str | None = None, slurm: Mapping[str, Any] | None = None,
+           name: str = "capgeo",
            on_outcome: Callable[[Outcome], Any] | None = None, quiet: bool = False) -> list[Outcome]:
     """Run the unfinished ``trials`` on ``engine``; print one line per trial as it ends (unless ``quiet``).
 
@@ -67,6 +68,7 @@ def launch(trials: Sequence[Trial], engine: str = "ray", jobs: int | None = 1, a
         storage: the engine's own folder (Tune's experiment folder; submitit's logs).
         seconds: a deadline from now: trials still running then are stopped and resume at the next launch.
         cluster: submitit only: ``slurm``, ``local`` or None (Slurm where it exists).
+        slurm: submitit only: more executor parameters (``{"slurm_partition": "gpu"}``).
         name: the engine's name for the experiment.
         on_outcome: called with each trial's outcome as it ends (e.g. to export finished summaries).
         quiet: print nothing.
@@ -113,7 +115,7 @@ def launch(trials: Sequence[Trial], engine: str = "ray", jobs: int | None = 1, a
                           cpus=cpus, on_outcome=ended, deadline=None if seconds is None else started + seconds)
         else:
             ran = run_submitit(todo, jobs=jobs or len(todo), folder=storage, cluster=cluster, callbacks=callbacks,
-                               seconds=seconds, on_outcome=ended)
+                               seconds=seconds, slurm=slurm, on_outcome=ended)
         outcomes.update({outcome.trial.root: outcome for outcome in ran})
     ordered = [outcomes[trial.root] for trial in trials]
     counts: dict[str, int] = {}
