@@ -72,6 +72,7 @@ def start_ray(address: str | None = None, cpus: int | None = None) -> None:
         return
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0, Tune prints nothing: the launcher's lines say it
     os.environ.setdefault("RAY_worker_niceness", "0")  # a local Ray's trials run at the launcher's own niceness
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # Ctrl-C ends the launch (and a study's next phases)
     env = {"PYTHONPATH": _pythonpath(), **source_provenance()}
     options: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False, "include_dashboard": False,
                                "configure_logging": False}
