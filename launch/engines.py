@@ -235,7 +235,7 @@ def run_submitit(trials: Sequence[Trial], jobs: int = 1, folder: Path | None = N
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
     cpus = max(math.ceil(t.cpus) for t in ordered)
     gpus = max(math.ceil(t.gpus) for t in ordered)
-    minutes = 60 * 24 * 7 if seconds is None else max(1.0, seconds / 60)
+    minutes = 60 * 24 * 7 if seconds is None else max(1, int(seconds // 60))
     executor.update_parameters(name="capgeo", cpus_per_task=cpus, gpus_per_node=gpus, timeout_min=minutes,
                                **dict(slurm or {}))
     chunks = [ordered[i::jobs] for i in range(min(jobs, len(ordered)))]
@@ -246,10 +246,10 @@ def run_submitit(trials: Sequence[Trial], jobs: int = 1, folder: Path | None = N
     for chunk, job in zip(chunks, submitted, strict=True):
         try:
             results = {key: (action, message) for key, action, message in job.result()}
-        except Exception as err:  # noqa: BLE001 - a job killed (deadline, node) loses only its unfinished trials
+        except Exception:  # noqa: BLE001 - a job killed (deadline, node) loses only its unfinished trials
             results = {}
-            message = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-            print(f"submitit job {job.job_id} ended early: {message}", flush=True)
+            print(f"submitit job {job.job_id} ended before its trials did (time limit, or killed); its log: "
+                  f"{job.paths.stderr}", flush=True)
         for trial in chunk:
             finished = trial.state()[0] == "finished"  # a job cut short may have finished some of its trials
             action, message = results.get(trial.key, ("done" if finished else "not finished", ""))

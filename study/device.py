@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pack(jobs, states, args.out)
     counts: dict[str, int] = {}
     for state in states.values():
-        counts[state.split(" ")[0]] = counts.get(state.split(" ")[0], 0) + 1
+        counts[state] = counts.get(state, 0) + 1
     print(f"states: {counts}", flush=True)
 
 

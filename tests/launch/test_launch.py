@@ -50,7 +50,12 @@ def test_a_grid_runs_on_a_local_ray_and_a_second_call_skips_it(local_ray: None, 
         assert found["steps"] == 6 and found["threads"] == 1 and found["omp_num_threads"] == "1"
         assert found["commit"]  # provenance reached the trial (git here, or CAPGEO_COMMIT from the launcher)
         assert (trial.root / LOG_NAME).read_text().startswith("\n$ OMP_NUM_THREADS=1 train.py --task")
-    assert (tmp_path / ".engine").is_dir()  # Tune's own folder, beside the run folders, not in them
+    # each evaluation reached Tune (Tune's own result files, beside the run folders, not in them)
+    reports = [json.loads(line) for path in sorted((tmp_path / ".engine").rglob("result.json"))
+               for line in path.read_text().splitlines()]
+    evaluations = [r for r in reports if "val/acc" in r]
+    assert len(evaluations) == sum(len(summary(t)["series"]["acc"]) for t in trials)
+    assert all(r["capgeo/info"]["max_steps"] == 6 for r in evaluations)
     again = launch(trials, engine="ray", jobs=2)
     assert [o.action for o in again] == ["skipped"] * 4
     assert all(len(list(t.root.glob("version_*"))) == 1 for t in trials)
