@@ -115,3 +115,17 @@ def test_bad_input_is_named_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="cannot reach a Ray cluster at --address 127.0.0.1:9"):
         start_ray("127.0.0.1:9")
     assert not any(tmp_path.iterdir())
+
+
+def test_a_run_the_capability_stopper_ended_is_finished(tmp_path: Path) -> None:
+    from capgeo_callbacks.callbacks.capability_stopper import CapabilityStopper
+    from launch import run_trial
+
+    shuffled = Trial("shuffled", ("--task", "copy", "--difficulty", "easy", "--max-steps", "200", "--eval-points",
+                                  "40", "--measures", "none", "--shuffle-answers"), tmp_path)
+    result = run_trial(shuffled, callbacks=[CapabilityStopper()])
+    stopped = summary(shuffled)["stopped"]
+    assert result["action"] == "done" and stopped["by"] == "CapabilityStopper" and stopped["step"] == 50
+    assert stopped["reason"].startswith("no learning onset (loss-onset) by step 50")
+    assert shuffled.state() == ("finished", f"version_0: stopped at step 50 ({stopped['reason']})")
+    assert run_trial(shuffled)["action"] == "skipped"  # a later launch, without the stopper, does not resume it
