@@ -2,7 +2,7 @@
 an Optuna pruner. Ray and Optuna are imported only when these run (``pip install 'capgeo-callbacks[sweep]'``).
 
 - :class:`TuneReportCallback`: a Lightning callback that reports each evaluation to Tune: ``val/acc``,
-  ``val/token_acc``, ``val/logprob``, each ``rankme/<layer>``, each forecaster's ``forecast/<rule>`` and what a
+  ``val/token_acc``, ``val/logprob``, each layer's RankMe, each forecaster's ``forecast/<rule>`` and what a
   stopper needs to rebuild the run (``capgeo/info``).
 - :class:`TuneCapabilityStopper`: ``RunConfig(stop=TuneCapabilityStopper())``: rebuilds each trial's series from
   its reports and asks :meth:`CapabilityStopper.should_stop`; for trials whose reports carry those series (the
@@ -77,7 +77,7 @@ class TuneCapabilityStopper:
     def view(self, trial_id: str) -> RunView:
         results = [r for r in self.history.get(trial_id, []) if "step" in r and "val/acc" in r]
         acc = [[int(r["step"]), float(r["val/acc"])] for r in results]
-        tags = {tag for r in results for tag in r if tag in REPORTED[1:] or tag.startswith("rankme/")}
+        tags = {tag for r in results for tag in r if tag in REPORTED[1:] or tag.startswith(RANKME)}
         series = {tag: [[int(r["step"]), float(r[tag])] for r in results if r.get(tag) is not None] for tag in tags}
         info = next((r["capgeo/info"] for r in reversed(results) if r.get("capgeo/info")), {})
         return RunView.from_points(acc, series, info)
