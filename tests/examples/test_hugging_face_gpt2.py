@@ -67,8 +67,11 @@ def test_every_rule_alerts_or_says_why_not(run: ExampleRun) -> None:
     check_rules_alert_or_say_why(run)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: on Hugging Face dict batches capgeo "
-                   "warns 'batch skipped' / '0 rows captured ... skipped' (Lightning) and 'probes are skipped' "
-                   "(transformers.Trainer)")
-def test_nothing_is_skipped(run: ExampleRun) -> None:
+def test_nothing_is_skipped(run: ExampleRun, request: pytest.FixtureRequest) -> None:
+    if run.framework == "lightning":  # type: ignore[attr-defined]
+        request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: on Hugging Face "
+                                              "dict batches LinearProbeMonitor warns 'batch skipped' and '0 rows "
+                                              "captured ... skipped'"))
+    # under transformers.Trainer nothing says 'skipped': the callback turns its probes off without a word when the
+    # rows have no targets + answer_mask (test_a_probe_on_the_final_norm_reads_the_answer)
     check_nothing_skipped(run)

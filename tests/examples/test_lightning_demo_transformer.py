@@ -41,7 +41,7 @@ def test_rankme_of_every_layer_at_every_evaluation(run: ExampleRun) -> None:
 
 def test_the_study_rule_alerts_before_acquisition(run: ExampleRun) -> None:
     check_alert_before_acquisition(run, "study")
-    assert "capgeo precursor alert" in run.printed  # on_alert=print
+    assert "rule='study'" in run.printed  # on_alert=print shows each alert
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: LinearProbeMonitor's default labels "
