@@ -7,6 +7,8 @@ Module names follow Hugging Face Llama models (``model.embed_tokens``, ``model.l
 
 from __future__ import annotations
 
+import math
+
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
@@ -59,10 +61,11 @@ class Decoder(nn.Module):
 
 class AnswerLM(pl.LightningModule):
     """Next-token training on the answer; logs ``val/acc`` (every answer token right), ``val/token_acc`` and
-    ``val/loss`` (per answer token). AdamW, the learning rate warmed up linearly over ``warmup`` steps."""
+    ``val/loss`` (per answer token). AdamW, the learning rate warmed up linearly over ``warmup`` steps, then
+    constant, or (``decay_steps``) decayed along a cosine to 0 at that step."""
 
     def __init__(self, vocab: int, length: int, dim: int = 32, layers: int = 2, heads: int = 4, lr: float = 2e-3,
-                 warmup: int = 20) -> None:
+                 warmup: int = 20, decay_steps: int | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.model = Decoder(vocab, length, dim, layers, heads)
@@ -88,5 +91,11 @@ class AnswerLM(pl.LightningModule):
 
     def configure_optimizers(self) -> dict:
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
-        warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / self.hparams.warmup))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}
+        warmup, decay = self.hparams.warmup, self.hparams.decay_steps
+
+        def factor(step: int) -> float:
+            cosine = 0.5 * (1 + math.cos(math.pi * min(step, decay) / decay)) if decay else 1.0
+            return min(1.0, (step + 1) / warmup) * cosine
+
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -1,7 +1,8 @@
 """Pilot runs: each family at its pilot seeds (never reported as results), and the table PILOTS.md shows.
 
-``python -m examples.new_tasks.pilots run recall 1000 1001 1002`` runs what is not yet finished (one at a time);
-``python -m examples.new_tasks.pilots table`` prints one row per finished run under the pilot folder. Late, as
+``python -m examples.new_tasks.pilots run recall 1000 1001 1002`` runs what is not yet finished, one at a time,
+into ``runs/new_tasks_pilots/<settings>/`` (the family's settings in run.py); ``python -m examples.new_tasks.pilots
+table`` prints one row per finished run. Late, as
 in docs/design.md ("Labels"): the acquisition step is at least 4 warm-ups and at least 25% of the budget.
 """
 
@@ -38,12 +39,13 @@ def row(folder: Path) -> dict[str, Any]:
             "acquisition": acquired, "holds 0.9": summary["labels"]["holds"].get("0.9"), "late": late,
             "final acc": round(acc[-1][1], 3), "max acc": round(max(v for _, v in acc), 3),
             "budget": settings["max_steps"], "warm-up": settings["warmup"], "lr": settings["lr"],
-            "dim x layers": f"{settings['dim']}x{settings['layers']}", "cpu s": info["cpu_seconds"],
+            "dim x layers": f"{settings['dim']}x{settings['layers']}",
+            "schedule": "cosine" if settings.get("cosine") else "constant", "cpu s": info["cpu_seconds"],
             "parts": len(info["parts"])}
 
 
 def table(root: Path = ROOT) -> str:
-    rows = [row(folder) for folder in sorted(root.iterdir()) if finished(folder)] if root.exists() else []
+    rows = [row(folder) for folder in sorted(root.glob("*/*")) if finished(folder)]
     if not rows:
         return "no finished pilot runs"
     keys = list(rows[0])
@@ -63,9 +65,10 @@ if __name__ == "__main__":
     arguments = parser.parse_args()
     if arguments.command == "run":
         for seed in arguments.seeds:
-            folder = ROOT / run_name(arguments.family, seed, arguments.control)
+            settings = SETTINGS[arguments.family]
+            folder = ROOT / settings.tag / run_name(arguments.family, seed, arguments.control)
             if not finished(folder):
-                run(arguments.family, seed, arguments.control, ROOT)
+                run(arguments.family, seed, arguments.control, folder.parent, settings)
             print(row(folder), flush=True)
     else:
         print(table())

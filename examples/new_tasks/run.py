@@ -38,12 +38,19 @@ class Settings:
     heads: int = 4
     lr: float = 2e-3
     warmup: int = 20
+    cosine: bool = False  # the learning rate decays along a cosine to 0 at max_steps (else constant)
     batch_size: int = 64
+
+    @property
+    def tag(self) -> str:
+        """A short name of the settings (pilot folders)."""
+        return (f"d{self.dim}x{self.layers}-lr{self.lr:g}-w{self.warmup}-b{self.max_steps}"
+                f"{'-cosine' if self.cosine else ''}")
 
 
 SETTINGS: dict[str, Settings] = {
     "recall": Settings(max_steps=1200),
-    "dyck": Settings(max_steps=800, lr=1e-3),
+    "dyck": Settings(max_steps=560, dim=48, cosine=True),
     "division": Settings(max_steps=1200),
 }
 
@@ -82,7 +89,8 @@ def run(family: str, seed: int, control: bool = False, root: str | Path = "runs/
     pl.seed_everything(seed)
     data = FAMILIES[family](seed=seed, control=control, batch_size=settings.batch_size)
     model = AnswerLM(data.vocab, data.length(), dim=settings.dim, layers=settings.layers, heads=settings.heads,
-                     lr=settings.lr, warmup=settings.warmup)
+                     lr=settings.lr, warmup=settings.warmup,
+                     decay_steps=settings.max_steps if settings.cosine else None)
     checkpoints = ModelCheckpoint(dirpath=folder / "checkpoints", save_last=True, save_top_k=0,
                                   every_n_train_steps=checkpoint_every)
     trainer = Trainer(max_steps=settings.max_steps, logger=TensorBoardLogger(folder, name="", version=""),
