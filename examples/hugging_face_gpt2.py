@@ -7,11 +7,12 @@ model is trained inside a LightningModule (capgeo's Lightning callbacks on ``mod
 ``ln_f``) and by ``transformers.Trainer`` (``capgeo_callbacks.hf.CapgeoTrainerCallback`` on a fixed set of
 validation rows, with the answer's accuracy from ``acc_fn``).
 
-What it shows, in both: accuracy at chance (1/16) for the first few dozen steps, then acquired (>= 0.5 held)
-and learned (>= 0.9); RankMe of every block at every evaluation and ``capgeo_summary.json`` with the acquisition
-step. Once capgeo reads Hugging Face ``labels`` (issue 28) it also logs a linear probe of the final norm on the
-answer (the label of position t being ``labels[t + 1]``), its rules alert and it forecasts the acquisition step
-before it happens; today it skips them (docs/your-model-gaps.md).
+What it shows, in both: accuracy near chance (1/16) for the first 50 steps, then acquired (>= 0.5 held) and
+learned (>= 0.9); RankMe of every block at every evaluation, the study rule's alert before acquisition (RankMe
+collapses and recovers), and ``capgeo_summary.json`` with the acquisition step. Once capgeo reads Hugging Face
+``labels`` (issue 28) it also logs a linear probe of the final norm on the answer (the label of position t being
+``labels[t + 1]``; >= 0.8 at the end), its rules alert or say why they cannot, and it forecasts the acquisition
+step before it happens; today it skips them (docs/your-model-gaps.md).
 
 Run: ``python examples/hugging_face_gpt2.py`` (both trainings).
 """

@@ -1,17 +1,15 @@
 """Your own causal LM and task, with capgeo attached as the README's "On your own model" prints it.
 
-A small decoder-only transformer with the module names of Hugging Face Llama models (``model.layers.N``,
-``model.norm``, ``lm_head``) learns modular addition, ``a b = (a + b) mod 23``, from tuple batches
-``(inputs, targets)``: the next token at each position, -100 (ignored by the loss) everywhere but the answer.
-It logs ``val/acc`` (the answer right) and ``val/loss``. Nothing in it is written for capgeo.
+A small decoder-only transformer named like Hugging Face Llama models (``model.layers.N``, ``model.norm``) learns
+``a b = (a + b) mod 23`` from tuple batches ``(inputs, targets)``: the next token at each position, -100 (ignored)
+but at the answer. It logs ``val/acc`` and ``val/loss``; nothing in it is written for capgeo.
 
-What it shows: accuracy stays at chance (1/23) for the first two hundred steps, then the model acquires the
-task (accuracy >= 0.5 held) a few hundred steps in; capgeo logs RankMe of every layer at every evaluation and
-writes ``capgeo_summary.json``, which records the acquisition step. Once capgeo reads users' batches and
-metrics (issue 28) it also logs the accuracy of a linear probe on ``model.norm``, and its default rules alert
-and forecast the acquisition step before it happens; today it skips them (docs/your-model-gaps.md).
-
-Run: ``python examples/own_model.py`` (about a minute on one CPU thread).
+What it shows: accuracy at chance (1/23) for 150-odd steps, then acquired (>= 0.5 held; step 273 at seed 0) and
+learned (>= 0.9); RankMe of every layer at every evaluation; ``capgeo_summary.json`` with the acquisition step. No
+rule alerts. Once capgeo reads users' batches and metrics (issue 28): a linear probe on ``model.norm`` (near 0 at
+step 0, >= 0.8 at the end), every rule alerting or saying why it cannot, a forecast of the acquisition step
+before it; today capgeo skips them (docs/your-model-gaps.md). The probe reads what the head reads, so here its
+crossing comes after acquisition. Run: ``python examples/own_model.py`` (a minute on one CPU thread).
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ P = 23  # the modulus; tokens 0..P-1 are numbers, P is "="
 
 
 def modular_addition(examples: int, seed: int, distinct: bool = False) -> TensorDataset:
-    """``examples`` questions ``a b =`` with next-token targets: -100 except at ``=``, whose target is a + b mod P
-    (``distinct``: no question twice, so the two halves of the validation set a probe fits and scores share none)."""
+    """Questions ``a b =``, targets -100 but at ``=`` (a + b mod P); ``distinct``: no question twice."""
     generator = torch.Generator().manual_seed(seed)
     if distinct:
         pairs = torch.randperm(P * P, generator=generator)[:examples]
