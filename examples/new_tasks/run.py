@@ -51,7 +51,8 @@ class Settings:
 SETTINGS: dict[str, Settings] = {
     "recall": Settings(max_steps=1200),
     "dyck": Settings(max_steps=560, dim=48, cosine=True),
-    "division": Settings(max_steps=1200),
+    "division": Settings(max_steps=1500),
+    "sum3": Settings(max_steps=1500, lr=1e-3),
 }
 
 

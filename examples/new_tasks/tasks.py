@@ -5,7 +5,8 @@
 - ``dyck``: bracket matching. A prefix of 16 brackets of 3 types, nested 4 deep at its end; the answer is the 4
   closing brackets that balance it, innermost first.
 - ``division``: modular division. ``a / b = c`` with c = a * b^-1 mod 29 (b != 0). capgeo's ``mod`` task adds,
-  subtracts and multiplies; it never divides.
+  subtracts and multiplies two residues; it never divides.
+- ``sum3``: a three-term modular sum, ``a b c = (a + b + c) mod 7``; the validation set is all 343 questions.
 
 Every example is a question and an answer; a batch is ``(inputs, targets)``: the whole sequence but its last
 token, and the next token at each position, -100 on the question. ``control=True`` permutes the answers across
@@ -54,7 +55,7 @@ class QuestionAnswerData(pl.LightningDataModule):
     def batch(self, examples: int, generator: Generator, distinct: bool = False) -> tuple[Tensor, Tensor]:
         question, answer = self.sample(examples, generator, distinct)
         if self.control:
-            answer = answer[torch.randperm(examples, generator=generator)]
+            answer = answer[torch.randperm(answer.shape[0], generator=generator)]
         sequence = torch.cat([question, answer], dim=1)
         targets = sequence[:, 1:].clone()
         targets[:, : self.question_length - 1] = IGNORE
@@ -150,4 +151,23 @@ class Division(QuestionAnswerData):
         return question, ((a * inverse[b]) % self.p)[:, None]
 
 
-FAMILIES: dict[str, type[QuestionAnswerData]] = {"recall": Recall, "dyck": Dyck, "division": Division}
+class Sum3(QuestionAnswerData):
+    """``a b c = s`` with s = (a + b + c) mod 7; tokens 0..6 are residues, 7 is ``=``. Only 343 questions exist:
+    the validation set is all of them (in a random order), so no question repeats between a probe's halves."""
+
+    p, terms = 7, 3
+    vocab = p + 1
+    question_length = terms + 1
+    answer_length = 1
+
+    def sample(self, examples: int, generator: Generator, distinct: bool = False) -> tuple[Tensor, Tensor]:
+        if distinct:
+            index = torch.randperm(self.p**self.terms, generator=generator)[:examples]
+            terms = torch.stack([index // self.p**i % self.p for i in range(self.terms)], dim=1)
+        else:
+            terms = torch.randint(0, self.p, (examples, self.terms), generator=generator)
+        question = torch.cat([terms, torch.full((terms.shape[0], 1), self.p)], dim=1)
+        return question, terms.sum(dim=1, keepdim=True) % self.p
+
+
+FAMILIES: dict[str, type[QuestionAnswerData]] = {"recall": Recall, "dyck": Dyck, "division": Division, "sum3": Sum3}
