@@ -45,7 +45,8 @@ def row(folder: Path) -> dict[str, Any]:
 
 
 def table(root: Path = ROOT) -> str:
-    rows = [row(folder) for folder in sorted(root.glob("*/*")) if finished(folder)]
+    rows = sorted((row(folder) for folder in root.glob("*/*") if finished(folder)),
+                  key=lambda r: (r["family"], r["budget"], r["control"], r["seed"]))
     if not rows:
         return "no finished pilot runs"
     keys = list(rows[0])

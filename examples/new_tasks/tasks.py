@@ -3,7 +3,8 @@
 - ``recall``: associative recall. Six key-value pairs, a query key; the answer is its value
   (``k1 v1 .. k6 v6 ? k -> v``).
 - ``dyck``: bracket matching. A prefix of 16 brackets of 3 types, nested 4 deep at its end; the answer is the 4
-  closing brackets that balance it, innermost first.
+  closing brackets that balance it, innermost first. Not learned late at the sizes tried (PILOTS.md): it climbs
+  from the first hundred steps and saturates slowly, so no budget makes it both late and learned.
 - ``division``: modular division. ``a / b = c`` with c = a * b^-1 mod 29 (b != 0). capgeo's ``mod`` task adds,
   subtracts and multiplies two residues; it never divides.
 - ``sum3``: a three-term modular sum, ``a b c = (a + b + c) mod 7``; the validation set is all 343 questions.
