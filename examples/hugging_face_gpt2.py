@@ -4,7 +4,7 @@ The task: eight tokens, ``=``, a position k, and the answer is the token at posi
 in Hugging Face's batch convention: dicts of ``input_ids`` and ``labels`` (-100 where there is nothing to
 predict; the model shifts them). The same
 model is trained inside a LightningModule (capgeo's Lightning callbacks on ``model.transformer.h.*`` and
-``ln_f``) and by ``transformers.Trainer`` (``capgeo_callbacks.hf.CapgeoTrainerCallback`` on a fixed set of
+``ln_f``) and by ``transformers.Trainer`` (``capgeo_callbacks.integrations.hf.CapgeoTrainerCallback`` on a fixed set of
 validation rows, with the answer's accuracy from ``acc_fn``).
 
 What it shows, in both: accuracy near chance (1/16) for the first 50 steps, then acquired (>= 0.5 held) and
@@ -30,7 +30,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
 from transformers import Trainer as HFTrainer
 
 from capgeo_callbacks import EvaluationSchedule, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
-from capgeo_callbacks.hf import CapgeoTrainerCallback
+from capgeo_callbacks.integrations.hf import CapgeoTrainerCallback
 from capgeo_callbacks.rules import default_rules
 
 VALUES, LENGTH = 16, 8  # tokens 0..15 are values, 16 is "=", 17.. are the positions 1..8

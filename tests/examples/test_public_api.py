@@ -1,5 +1,5 @@
 """The examples are users' code: they import capgeo's public names only (the package's ``__all__``,
-``capgeo_callbacks.hf`` and ``capgeo_callbacks.rules``) and nothing of the project's own experiments."""
+``capgeo_callbacks.integrations.hf`` and ``capgeo_callbacks.rules``) and nothing of the project's own experiments."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.examples.helpers import EXAMPLES
 
-PUBLIC = ("capgeo_callbacks", "capgeo_callbacks.hf", "capgeo_callbacks.rules")
+PUBLIC = ("capgeo_callbacks", "capgeo_callbacks.integrations.hf", "capgeo_callbacks.rules")
 PROJECT = ("tasks", "models", "study", "train", "sweep", "benchmarks")
 
 
