@@ -22,6 +22,7 @@ __all__ = [
     "TOKEN_ACC",
     "TRAIN_LOSS",
     "VAL_ACC",
+    "VAL_LOSS",
     "by_layer",
     "how_to_record",
 ]
@@ -30,6 +31,7 @@ ACC = "acc"  # the monitored accuracy, whatever name it was logged under
 VAL_ACC = "val/acc"  # exact match of the whole answer: the accuracy capgeo monitors by default
 LOGPROB = "val/logprob"  # mean log-probability of the correct answer tokens
 TOKEN_ACC = "val/token_acc"  # accuracy per answer token
+VAL_LOSS = "val/loss"  # the validation loss (cross-entropy per target token: minus the log-prob where both are kept)
 TRAIN_LOSS = "train/loss"  # mean training loss since the previous evaluation
 LR = "lr"  # the first optimizer's learning rate
 RANKME = "rankme/"  # RankMe of each watched layer: rankme/<layer>
