@@ -50,7 +50,7 @@ def test_a_probe_on_the_pooled_norm_reads_the_class(run: ExampleRun) -> None:
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: no probe_acc/ series, so the "
-                   "probe-crossing rule cannot warn (with labels_fn given it crosses at step 68, acquisition 91)")
+                   "probe-crossing rule cannot warn (with labels_fn given it crosses at step 68, acquisition 92)")
 def test_the_probe_crossing_rule_alerts_before_acquisition(run: ExampleRun) -> None:
     check_alert_before_acquisition(run, "probe-crossing")
 
