@@ -75,6 +75,7 @@ MIN_VAL_EXAMPLES = MIN_EVAL_QUESTIONS  # validation and test sets: the 512 disti
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
 SETTINGS = DetectionSettings(validation_size=MIN_VAL_EXAMPLES)  # the study's rule; labels on 512 questions
 REGISTRATION = Path(__file__).resolve().parent / "study" / "registration.json"  # the frozen default rules
+EVALS_AFTER_LEARNED = 8  # python -m study.calibration_cpu window: late fall-backs counted on whole runs
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -125,8 +126,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stop-when-learned", action="store_true",
                         help="end the run --evals-after-learned evaluations after val/acc has held 0.9 for 3 "
                              "evaluations (sweeps and the corpus: the rest of the budget adds nothing to the record)")
-    parser.add_argument("--evals-after-learned", type=int, default=8,
-                        help="evaluations to keep after 0.9 has held, with --stop-when-learned")
+    parser.add_argument("--evals-after-learned", type=int, default=EVALS_AFTER_LEARNED,
+                        help="evaluations to keep after 0.9 has held, with --stop-when-learned (the default is "
+                             "counted on whole runs: docs/design.md, 'How long an acquired run is recorded')")
     parser.add_argument("--stop-at-step", type=int, default=None,
                         help="end the run at this step (default: --max-steps); the schedule and evaluation cadence "
                              "still follow --max-steps, so the run is the start of the full one and --resume with a "
@@ -226,8 +228,15 @@ def registered_rules(path: str) -> tuple[list[Rule], dict[str, Any] | None]:
         rule = rule_from_record(registration[role])
         if all(rule.name != other.name for other in rules):
             rules.append(rule)
-    return rules, {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(),
+    return rules, {"path": recorded_path(path), "sha256": hashlib.sha256(data).hexdigest(),
                    "warning": registration["warning"]["name"], "forecaster": registration["forecaster"]["name"]}
+
+
+def recorded_path(path: str) -> str:
+    """A file as a summary records it: relative to the checkout, or by its name when it lies outside (a summary
+    names no folder of the machine it ran on)."""
+    resolved, root = Path(path).resolve(), Path(__file__).resolve().parent
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else resolved.name
 
 
 def provenance() -> dict[str, Any]:

@@ -10,6 +10,7 @@ schedule to the end (until 0.9 has held), to see whether acquisition moves too.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -104,36 +105,77 @@ def deepest(summary: dict[str, Any]) -> str | None:
 
 
 def follows_schedule(rows: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
-    """The plain sentence: per task, the deepest layer's median trough step under warm-ups of 0, 50, 100 and
-    300 steps, whether it rises with the warm-up on every task, and the learning rate summed up to it."""
+    """The plain sentence: per task, the deepest layer's median trough step under warm-ups of 0, 50, 100 and 300
+    steps and the learning rate summed up to it; whether a constant rate differs from no warm-up; and whether
+    ``sort`` seed 0's acquisition follows the warm-up."""
     import statistics
 
     warmups = [name for name in SCHEDULES if name.startswith("warmup")]
-    per_task, sums = [], []
-    rising = []
-    for task in TASKS:
-        medians = []
-        for schedule in warmups:
-            found = []
-            for summary in rows.get((task, schedule), []):
-                trough = troughs(summary).get(deepest(summary) or "")
-                if trough is not None:
-                    found.append((trough[0], summed_rate(summary, trough[0])))
-            if not found:
-                break
-            medians.append(statistics.median(f[0] for f in found))
-            sums += [f[1] for f in found if f[1] is not None]
-        if len(medians) == len(warmups):
-            per_task.append(f"{task} " + " / ".join(f"{m:.0f}" for m in medians))
-            rising.append(all(b >= a for a, b in zip(medians, medians[1:], strict=False)) and medians[-1] > medians[0])
+    lengths = [int(name[len("warmup"):]) for name in warmups]
+
+    def medians(task: str, schedule: str) -> tuple[float, float] | None:
+        found = []
+        for summary in rows.get((task, schedule), []):
+            trough = troughs(summary).get(deepest(summary) or "")
+            if trough is not None and (summed := summed_rate(summary, trough[0])) is not None:
+                found.append((trough[0], summed))
+        if not found:
+            return None
+        return statistics.median(f[0] for f in found), statistics.median(f[1] for f in found)
+
+    per_task = {task: [medians(task, schedule) for schedule in warmups] for task in TASKS}
+    per_task = {task: found for task, found in per_task.items() if all(found)}
     if not per_task:
         return "Not enough runs yet for a verdict."
-    verdict = ("it rises with the warm-up's length on every task: **the collapse follows the schedule**"
-               if all(rising) else f"it rises with the warm-up's length on {sum(rising)} of {len(rising)} tasks")
-    return (f"Deepest layer's trough step (median over seeds) under a warm-up of "
-            f"{' / '.join(w[len('warmup'):] for w in warmups)} steps: {'; '.join(per_task)}. So {verdict}. "
-            f"The learning rate summed up to that trough, over every warm-up run: median "
-            f"{statistics.median(sums):.1f} steps at the peak rate [{min(sums):.1f}, {max(sums):.1f}].")
+    steps = {task: [m[0] for m in found] for task, found in per_task.items()}  # type: ignore[index]
+    summed = {task: [m[1] for m in found] for task, found in per_task.items()}  # type: ignore[index]
+    later = [task for task, found in steps.items() if all(b >= a for a, b in zip(found, found[1:], strict=False))]
+    less = [task for task, found in summed.items() if all(b <= a for a, b in zip(found, found[1:], strict=False))]
+    constant = {task: (steps[task][0], found[0]) for task in steps if (found := medians(task, "constant"))}
+    full = {schedule: (summary.get("labels") or {}).get("acquisition_step")
+            for schedule in SCHEDULES for summary in rows.get(("full", schedule), [])}
+    every = lambda found: "every task" if len(found) == len(steps) else f"{len(found)} of {len(steps)} tasks"  # noqa: E731
+    text = (f"Deepest layer's trough step (median over seeds) under a warm-up of {' / '.join(map(str, lengths))} "
+            "steps: " + "; ".join(f"{task} " + " / ".join(f"{m:.0f}" for m in found) for task, found in steps.items())
+            + f". It comes later with a longer warm-up on {every(later)}, but early in it (under the "
+            f"{lengths[-1]}-step warm-up at " + ", ".join(f"{found[-1] / lengths[-1]:.0%}" for found in steps.values())
+            + " of it). The learning rate summed up to it, in steps at the peak rate: "
+            + "; ".join(f"{task} " + " / ".join(f"{m:.1f}" for m in found) for task, found in summed.items())
+            + f": less with a longer warm-up on {every(less)}. So the collapse is an early-training event, after "
+            f"{min(map(min, summed.values())):.0f} to {max(map(max, summed.values())):.0f} steps' worth of learning at "
+            "the peak rate, shifted by the warm-up rather than set by it.")
+    if constant:
+        text += (" A constant rate is, over these 600 steps, nearly the schedule without warm-up (troughs "
+                 + ", ".join(f"{task} {a:.0f} and {b:.0f}" for task, (a, b) in constant.items())
+                 + "), so it is not a separate test.")
+    acquired = [full.get(name) for name in warmups]
+    if all(step is not None for step in acquired):
+        rising = all(b >= a for a, b in zip(acquired, acquired[1:], strict=False))
+        text += (f" Acquisition ({FULL_TASK} seed 0, one run per schedule) "
+                 + ("rises" if rising else "does not rise steadily") + " with the warm-up: "
+                 + " / ".join(f"{step:,}" for step in acquired) + " under the same warm-ups"
+                 + (f" ({full['constant']:,} at a constant rate)" if full.get("constant") else "")
+                 + ("." if rising else ": on this seed the collapse's timing is unrelated to acquisition."))
+    return text
+
+
+def sentence() -> str:
+    """``follows_schedule`` on the committed runs (the README's sentence)."""
+    return follows_schedule(committed_rows())
+
+
+@functools.cache
+def committed_rows() -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The committed runs by (task, schedule), the runs to the end under ("full", schedule)."""
+    from capgeo_callbacks.run.summary import read_summary
+
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for schedule in SCHEDULES:
+        for path in sorted((CORPUS / schedule).glob("*.json.gz")):
+            summary = read_summary(path)
+            key = ("full", schedule) if path.name.endswith("-full.json.gz") else (summary["task"], schedule)
+            rows.setdefault(key, []).append(summary)
+    return rows
 
 
 def table() -> str:
@@ -141,16 +183,7 @@ def table() -> str:
     acquisition step of the runs to the end."""
     import statistics
 
-    from capgeo_callbacks.run.summary import read_summary
-
-    rows = {}
-    for schedule in SCHEDULES:
-        for path in sorted((CORPUS / schedule).glob("*.json.gz")):
-            summary = read_summary(path)
-            if path.name.endswith("-full.json.gz"):
-                rows.setdefault(("full", schedule), []).append(summary)
-            else:
-                rows.setdefault((summary["task"], schedule), []).append(summary)
+    rows = committed_rows()
     lines = [follows_schedule(rows), "",
              "| task | schedule | seeds | layer | trough step: median [min, max] | drop from the peak before it | "
              "learning rate summed to the trough (peak-rate steps, median) |",
@@ -230,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     exporter = commands.add_parser("export", help="gzip finished runs into corpus/ablation/")
     exporter.add_argument("--runs", type=Path, default=LOGDIR)
     commands.add_parser("table", help="the table and figure -> docs/ablation.md, docs/ablation.png")
+    commands.add_parser("sentence", help="what the ablation shows, in one paragraph (the README's)")
     args = parser.parse_args(argv)
     if args.command == "run":
         os.nice(args.nice)
@@ -237,14 +271,25 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{export()} runs exported")
     elif args.command == "export":
         print(f"{export(args.runs)} runs exported")
+    elif args.command == "sentence":
+        print(sentence())
     else:
         figure()
-        DOC.write_text("# Warm-up ablation: does the early RankMe collapse follow the learning-rate schedule?\n\n"
-                       "Generated by `python -m study.ablation table` from `corpus/ablation/` (runs: `python -m "
-                       "study.ablation run`). " + (__doc__ or "").split("\n\n")[2].replace("\n", " ") + "\n\n"
-                       "![RankMe per layer over the first 600 steps under each schedule](ablation.png)\n\n"
-                       + table() + "\n")
+        DOC.write_text(page())
         print(DOC.read_text())
+
+
+def page() -> str:
+    """docs/ablation.md (the figure beside it is drawn by ``figure``)."""
+    from study.corpus import PROVENANCE, provenance_table
+
+    made = [{"phase": "ablation", **{key: summary.get(key) for key in PROVENANCE}}
+            for summaries in committed_rows().values() for summary in summaries]
+    return ("# Warm-up ablation: does the early RankMe collapse follow the learning-rate schedule?\n\n"
+            "Generated by `python -m study.ablation table` from `corpus/ablation/` (runs: `python -m "
+            "study.ablation run`). " + (__doc__ or "").split("\n\n")[2].replace("\n", " ") + "\n\n"
+            "![RankMe per layer over the first 600 steps under each schedule](ablation.png)\n\n" + table()
+            + "\n\nWhere the runs were made, as their summaries record it:\n\n" + provenance_table(made) + "\n")
 
 
 if __name__ == "__main__":

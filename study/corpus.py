@@ -2,8 +2,8 @@
 
     python -m study.corpus run --phases levels hard controls s --workers 2   # runs/corpus/<phase>/<run>/
     python -m study.corpus export                                             # -> corpus/<phase>/<run>.json.gz
-    python -m study.corpus labels                                             # the label table (docs/corpus.md)
-    python -m study.corpus cost                                               # CPU hours per phase
+    python -m study.corpus labels                                             # labels, machines, cost: docs/corpus.md
+    python -m study.corpus provenance                                         # where each phase ran
 
 Phases (the emergence issue's corpus; seeds 100 and up are the held-out test's and are refused here):
 
@@ -24,7 +24,9 @@ Calibration phases refuse a tree with uncommitted changes: their summaries must 
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -136,8 +138,8 @@ def write_packed(summary: dict[str, Any], path: Path) -> Path:
     """A summary as compact gzipped JSON (what the repository commits)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     summary = {key: value for key, value in summary.items() if key != "run_dir"}
-    with gzip.open(path, "wt") as handle:
-        json.dump(json_safe(summary), handle, separators=(",", ":"))
+    data = json.dumps(json_safe(summary), separators=(",", ":")).encode()
+    path.write_bytes(gzip.compress(data, mtime=0))  # no time stamp: the same summary packs to the same bytes
     return path
 
 
@@ -149,23 +151,50 @@ def corpus_summaries(corpus: Path = CORPUS, phases: Sequence[str] = PHASES) -> l
 LABEL_DOC = ROOT / "docs" / "corpus.md"
 
 
-def label_rows(corpus: Path = CORPUS) -> list[dict[str, Any]]:
-    """One row per committed run of every phase: what it is and what it learned (the labels its summary holds)."""
+# Runs resumed before a run's CPU time was carried in its checkpoint (train.py RunCost): their cpu_seconds covers
+# their last part only, and nothing in the summary says so (the source says how it is known)
+PARTIAL_COST = {
+    "controls/compare-hard-xs-s1-shuffled": "commit 510094a",
+    "controls/copy-hard-xs-s1-shuffled": "commit 65845d2",
+    "controls/reverse-hard-xs-s1-shuffled": "commit 65845d2",
+    "heldout/add-hard-xs-s102": "issue 33: 89 CPU-s against 269-315 for its siblings",
+    "heldout/sort-hard-xs-s101-shuffled": "issue 33: 46 CPU-s against about 365 for its siblings",
+}
+LABELLED_PHASES = ("calibration", *PHASES, "heldout")
+
+
+def label_rows(corpus: Path = CORPUS) -> tuple[dict[str, Any], ...]:
+    """One row per committed run of every phase: what it is, what it learned (its labels, recomputed), what it cost
+    and where it ran; ``copy_of`` names the calibration run a ``hard`` run is a copy of (the calibration runs at a
+    level's final setting are filed as the corpus' hard runs too). Computed once per folder and process."""
+    return _label_rows(Path(corpus).resolve())
+
+
+@functools.cache
+def _label_rows(corpus: Path) -> tuple[dict[str, Any], ...]:
     rows = []
-    for phase in ("calibration", *PHASES, "heldout"):
+    digests: dict[str, str] = {}
+    for phase in LABELLED_PHASES:
         for path in sorted((corpus / phase).rglob("*.json.gz")):
             s = read_summary(path)
+            digest = hashlib.sha256(json.dumps(s, sort_keys=True).encode()).hexdigest()
+            name = path.name[:-len(".json.gz")]
+            copy_of = digests.get(digest) if phase != "calibration" else None
+            if phase == "calibration":
+                digests.setdefault(digest, f"calibration/{path.parent.name}/{name}")
             labels = relabelled(s)
             holds = labels.get("holds") or {}
-            rows.append({"phase": phase, "run": path.name[:-len(".json.gz")], "task": s.get("task"),
+            rows.append({"phase": phase, "run": name, "task": s.get("task"),
                          "difficulty": s.get("difficulty"), "size": s.get("size"), "seed": s.get("seed"),
                          "shuffled": bool(s.get("shuffled_answers")), "max_acc": labels.get("max_acc"),
                          "at_0.5": holds.get("0.5") is not None, "at_0.6": holds.get("0.6") is not None,
                          "fully": bool(labels.get("acquired_fully")), "late": labels.get("late"),
                          "at_chance": labels.get("at_chance"), "outcome": labels.get("outcome"),
-                         "exact_at_chance": exact_at_chance(s, labels),
-                         "cpu_seconds": s.get("cpu_seconds"), "machine": s.get("machine")})
-    return rows
+                         "exact_at_chance": exact_at_chance(s, labels), "copy_of": copy_of,
+                         "cpu_seconds": s.get("cpu_seconds"), "resumes": s.get("resumes"),
+                         "partial_cost": PARTIAL_COST.get(f"{phase}/{name}"), "machine": s.get("machine"),
+                         **{key: s.get(key) for key in PROVENANCE}})
+    return tuple(rows)
 
 
 def relabelled(summary: dict[str, Any]) -> dict[str, Any]:
@@ -231,21 +260,90 @@ def label_table(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         lines.append(f"| {row['phase']} | {row['run']} | {row['max_acc'] or 0:.3f} | {mark(row['at_0.5'])} | "
                      f"{mark(row['at_0.6'])} | {mark(row['fully'])} | {mark(row['late'])} | {mark(row['at_chance'])} | "
-                     f"{row['outcome']} | {row['cpu_seconds'] or 0:.0f} | {row['machine']} |")
+                     f"{row['outcome']} | {_cost_cell(row)} | {row['machine']} |")
     return "\n".join(lines)
+
+
+def _cost_cell(row: dict[str, Any]) -> str:
+    if row["cpu_seconds"] is None:
+        return "not recorded"
+    cell = f"{row['cpu_seconds']:.0f}"
+    if row["partial_cost"]:
+        return f"{cell} (last part only)"
+    return cell + (f" ({row['resumes']} resumes, whole)" if row["resumes"] else "")
 
 
 def cost_table(rows: Sequence[dict[str, Any]]) -> str:
-    """CPU hours per phase and machine, from what each run recorded (a resumed run adds its earlier parts)."""
-    tally: dict[tuple[str, str], list[float]] = {}
+    """CPU hours per phase and machine, from what each run recorded; a ``hard`` run that is a copy of a calibration
+    run is counted once (with the calibration), and a total that lacks some run's time says so."""
+    tally: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
-        entry = tally.setdefault((row["phase"], str(row["machine"])), [0, 0.0])
-        entry[0] += 1
-        entry[1] += float(row["cpu_seconds"] or 0) / 3600
-    lines = ["| phase | machine | runs | CPU hours |", "| --- | --- | ---: | ---: |"]
-    lines += [f"| {phase} | {machine} | {n} | {hours:.2f} |" for (phase, machine), (n, hours) in sorted(tally.items())]
-    lines.append(f"| all | | {sum(n for n, _ in tally.values())} | {sum(h for _, h in tally.values()):.2f} |")
+        entry = tally.setdefault((row["phase"], str(row["machine"])),
+                                 {"runs": 0, "copies": 0, "hours": 0.0, "short": 0})
+        entry["runs"] += 1
+        if row["copy_of"]:
+            entry["copies"] += 1
+            continue
+        entry["hours"] += float(row["cpu_seconds"] or 0) / 3600
+        entry["short"] += row["cpu_seconds"] is None or bool(row["partial_cost"])
+
+    def hours(entry: dict[str, Any]) -> str:
+        short = entry["short"]
+        return f"{entry['hours']:.2f}" + (f" (at least: {short} run{'s' * (short > 1)} incomplete)" if short else "")
+
+    lines = ["| phase | machine | runs | of them copies of calibration runs | CPU hours of the others |",
+             "| --- | --- | ---: | ---: | --- |"]
+    lines += [f"| {phase} | {machine} | {e['runs']} | {e['copies']} | {hours(e)} |"
+              for (phase, machine), e in sorted(tally.items())]
+    total = {key: sum(e[key] for e in tally.values()) for key in ("runs", "copies", "hours", "short")}
+    lines.append(f"| all | | {total['runs']} | {total['copies']} | {hours(total)} |")
+    lines += ["", f"{total['runs'] - total['copies']} distinct runs, {total['hours']:.1f} CPU-hours at least. "
+              "Incomplete: " + "; ".join(
+                  [f"{row['phase']}/{row['run']} (resumed before CPU time was carried in the checkpoint; known from "
+                   f"{row['partial_cost']})" for row in rows if row["partial_cost"]]
+                  + [f"{row['phase']}/{row['run']} (no `cpu_seconds` recorded)" for row in rows
+                     if row["cpu_seconds"] is None and not row["copy_of"]]) + "."]
     return "\n".join(lines)
+
+
+PROVENANCE = ("machine", "accelerator", "torch", "commit", "uncommitted_changes", "threads")
+
+
+def provenance_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Where each phase ran, as its summaries record it: the machine, the accelerator the trainer chose, torch,
+    the code's commit and whether the tree had uncommitted changes, the thread count."""
+    groups: dict[tuple, int] = {}
+    for row in rows:
+        key = (row["phase"], *(row[field] for field in PROVENANCE))
+        key = (*key[:4], (key[4] or "")[:8], *key[5:])
+        groups[key] = groups.get(key, 0) + 1
+    shown = lambda value: "not recorded" if value is None else ("yes" if value is True else (  # noqa: E731
+        "no" if value is False else f"{value}"))
+    lines = ["| phase | runs | machine (as recorded) | accelerator | torch | commit | uncommitted changes | threads |",
+             "| --- | ---: | --- | --- | --- | --- | --- | --- |"]
+    for key, n in groups.items():
+        phase, machine, accelerator, torch_version, commit, dirty, threads = key
+        lines.append(f"| {phase} | {n} | {shown(machine)} | {shown(accelerator)} | {shown(torch_version)} | "
+                     f"`{commit or '-'}` | {shown(dirty)} | {shown(threads)} |")
+    return "\n".join(lines)
+
+
+def labels_page(corpus: Path = CORPUS) -> str:
+    """docs/corpus.md: the labels, where each phase ran, what it cost, and every run."""
+    rows = label_rows(corpus)
+    counts, every = label_table(rows).split("\n\n")
+    return ("# The corpus: what each run learned\n\nGenerated by `python -m study.corpus labels` from the committed "
+            "summaries (`corpus/<phase>/`); definitions in docs/design.md, \"Labels\".\n\n" + counts
+            + "\n\n## Where each phase ran\n\n" + provenance_table(rows) + "\n\n" + PROVENANCE_NOTE
+            + "\n\n## CPU cost\n\n" + cost_table(rows) + "\n\n## Every run\n\n" + every + "\n")
+
+
+PROVENANCE_NOTE = (
+    "A summary made before commit `ad0e877` names in `machine` the machine's GPU whenever it had one, whichever "
+    "device the run trained on, and records neither the accelerator nor the thread count (\"not recorded\"); "
+    "`hard` runs made on the GPU machine are the calibration runs at each level's final setting, filed twice. "
+    "Runs made since record the accelerator the trainer chose, the thread count, and whether the tree was clean "
+    "(from git, or from the launching machine where the checkout has none).")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -256,7 +354,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--workers", type=int, default=2)
     run.add_argument("--nice", type=int, default=5, help="run at this niceness (the machine stays usable)")
     commands.add_parser("export", help="gzip finished summaries into corpus/")
-    commands.add_parser("labels", help="the label table and the corpus' CPU cost -> docs/corpus.md")
+    commands.add_parser("labels", help="the label table, where each phase ran and its CPU cost -> docs/corpus.md")
+    commands.add_parser("provenance", help="where each phase ran, as its summaries record it")
     imports = commands.add_parser("import", help="file the summaries a device batch brought back")
     imports.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
@@ -270,13 +369,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             run_jobs(jobs, workers=args.workers)
             print(f"{export()} runs exported to {CORPUS}", flush=True)  # committed as each phase finishes
     elif args.command == "labels":
-        rows = label_rows()
-        LABEL_DOC.write_text("# The corpus: what each run learned\n\nGenerated by `python -m study.corpus labels` "
-                             "from the committed summaries (`corpus/<phase>/`); definitions in docs/design.md, "
-                             "\"Labels\".\n\n"
-                             + label_table(rows).split("\n\n")[0] + "\n\n## CPU cost\n\n" + cost_table(rows)
-                             + "\n\n## Every run\n\n" + label_table(rows).split("\n\n")[1] + "\n")
+        LABEL_DOC.write_text(labels_page())
         print(LABEL_DOC.read_text()[:3000])
+    elif args.command == "provenance":
+        print(provenance_table(label_rows()))
     elif args.command == "import":
         print(import_packed(args.folder))
     elif args.command == "export":

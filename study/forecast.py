@@ -53,11 +53,19 @@ FRACTION_KEYS = ("0.1", "0.25", "0.5", "0.75")
 Fitted = Callable[[Sequence[ScoredRun]], Rule]
 
 
-def selection_runs() -> list[ScoredRun]:
+def selection_runs(registration: Path = REGISTRATION) -> list[ScoredRun]:
+    """The runs the choice is made on: the hard runs and shuffled-answer controls, and once the choice is
+    registered, exactly the runs the registration lists (runs committed after it do not move a frozen choice)."""
     runs = load_runs(CORPUS / "hard") + load_runs(CORPUS / "controls")
     bad = [run.name for run in runs if run.seed is None or run.seed >= 100]
     if bad:
         raise SystemExit(f"held-out runs among the selection data: {bad}")
+    if registration.exists():
+        listed = json.loads(registration.read_text())["selection"]["runs"]
+        runs = [run for run in runs if Path(run.name).name in listed]
+        missing = sorted(set(listed) - {Path(run.name).name for run in runs})
+        if missing:
+            raise SystemExit(f"runs the registration was chosen on are missing from the corpus: {missing}")
     return runs
 
 
@@ -173,9 +181,36 @@ def report(chosen: dict[str, Any]) -> str:
               f"[{diff[1]:+.3f}, {diff[2]:+.3f}]): geometry {'enters' if chosen['geometry'] else 'does not enter'} "
               "the default.", "", "## Warnings (fitted ones leave one seed out)", "",
               warning_table(chosen["warnings"]), "",
+              late_note(chosen["warnings"], runs), "",
               f"Chosen: forecaster **{chosen['forecaster']}**, warning **{chosen['warning']}**"
-              + (f" (tied with {', '.join(chosen['ties'])})" if chosen["ties"] else "") + "."]
+              + (f" (tied with {', '.join(chosen['ties'])})" if chosen["ties"] else "") + "." + registered_note(chosen)]
     return "\n".join(lines) + "\n"
+
+
+def late_note(scored: Sequence[dict[str, Any]], runs: Sequence[ScoredRun]) -> str:
+    """Which rules alerted at or after acquisition, and their precision as reported before those alerts stopped
+    counting (docs/design.md, "The warning's record")."""
+    parts = []
+    for s in scored:
+        late = sum(step is not None and run.acquisition is not None and step >= run.acquisition
+                   for run in runs if (step := s["fired"].get(run.name)) is not None)
+        if late:
+            parts.append(f"{s['rule']} {s['precision'].k}/{s['precision'].n} ({s['precision'].k}/"
+                         f"{s['precision'].n + late} counting {late})")
+    if not parts:
+        return "No candidate alerted at or after acquisition."
+    return ("Alerts at or after acquisition warn of nothing and are not counted (before that was fixed the report "
+            "counted them): " + "; ".join(parts) + ".")
+
+
+def registered_note(chosen: dict[str, Any]) -> str:
+    if not REGISTRATION.exists():
+        return ""
+    frozen = json.loads(REGISTRATION.read_text())
+    same = (frozen["forecaster"]["name"], frozen["warning"]["name"]) == (chosen["forecaster"], chosen["warning"])
+    return (" The same as registered (`study/registration.json`)." if same else
+            f" Registered: forecaster {frozen['forecaster']['name']}, warning {frozen['warning']['name']}; the "
+            "registration stands, nothing is re-chosen after it.")
 
 
 def _err(values: Sequence[float]) -> str:

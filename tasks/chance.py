@@ -51,6 +51,7 @@ def chance_level(datamodule: TaskDataModule, order: int = ORDER, fit_examples: i
             for k in range(order + 1):
                 counts[(position, answer[max(0, position - k):position] if k else ())][token] += 1
     vocab = datamodule.vocab_size
+    sizes = {context: (sum(seen.values()), len(seen)) for context, seen in counts.items()}
 
     def probability(position: int, before: tuple[int, ...], token: int) -> float:
         """Witten-Bell interpolation from the longest context down to the position's marginal."""
@@ -61,17 +62,21 @@ def chance_level(datamodule: TaskDataModule, order: int = ORDER, fit_examples: i
                 break
             seen = counts.get((position, context))
             if seen:
-                total, types = sum(seen.values()), len(seen)
+                total, types = sizes[(position, context)]
                 estimate = (seen[token] + types * estimate) / (total + types)
         return estimate
 
     right = tokens = 0
     logprobs: list[float] = []
+    best_after: dict[tuple[int, tuple[int, ...]], int | None] = {}  # the chain's guess depends on its context only
     for answer in answers:
         for position, token in enumerate(answer):
             before = answer[max(0, position - order):position]
-            candidates = counts.get((position, ()), Counter())  # the tokens ever seen at this position
-            best = max(candidates, key=lambda c: probability(position, before, c)) if candidates else None
+            if (position, before) not in best_after:
+                candidates = counts.get((position, ()), Counter())  # the tokens ever seen at this position
+                best_after[(position, before)] = (max(candidates, key=lambda c: probability(position, before, c))
+                                                  if candidates else None)
+            best = best_after[(position, before)]
             right += best == token
             logprobs.append(math.log(probability(position, before, token)))
             tokens += 1

@@ -204,3 +204,11 @@ def test_provenance_names_the_threads_and_a_clean_tree_from_the_launcher(monkeyp
     record = train.provenance()
     assert (record["commit"], record["uncommitted_changes"]) == ("a" * 40, False)
     assert record["threads"] == torch.get_num_threads()
+
+
+def test_the_registration_is_recorded_without_a_machine_path(tmp_path: Path) -> None:
+    """Inside the checkout, relative to it; outside, by its name: no summary names a folder of its machine."""
+    assert train.registered_rules(str(train.REGISTRATION))[1]["path"] == "study/registration.json"
+    elsewhere = tmp_path / "mine.json"
+    elsewhere.write_bytes(train.REGISTRATION.read_bytes())
+    assert train.registered_rules(str(elsewhere))[1]["path"] == "mine.json"

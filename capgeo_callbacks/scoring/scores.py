@@ -10,15 +10,16 @@ labels come from its own series (:func:`~capgeo_callbacks.detection.label_run`):
 evaluations), acquired fully, and learning onset (:func:`~capgeo_callbacks.detection.onset.learning_onset`).
 Controls are runs with shuffled answers or a named negative control.
 
-Per warning (a rule's first run alert): precision (alerted runs acquired later within the budget, over
-alerted runs), recall (runs acquired fully that were alerted before acquisition, over runs acquired fully),
-false alarms on controls and on runs never acquired, lead over acquisition (steps and share of the time to
-acquisition) and over learning onset; each rate with n and a Wilson 95% interval. Ties are reported as ties.
+Per warning (a rule's first run alert, which counts only before acquisition): precision (warned runs acquired
+later within the budget, over warned runs), recall (runs acquired fully that were warned before acquisition, over
+runs acquired fully), false alarms on controls and on runs never acquired, lead over acquisition (steps and share
+of the time to acquisition) and over learning onset; each rate with n and a Wilson 95% interval. Ties are
+reported as ties.
 
 Per forecaster: the median of ``|predicted - actual| / actual`` acquisition step at 10%, 25%, 50% and 75% of
 the time to acquisition, with a bootstrap 95% interval over runs; the share of actual steps inside the
-forecast interval and the interval's mean width (relative); and on runs never acquired, the share whose last
-forecast says "not within reach".
+forecast interval and the interval's mean width (relative); and on controls and on runs never acquired, each
+apart, the share whose last forecast says "not within reach".
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.detection import Chance, DetectionSettings, label_run
+from capgeo_callbacks.detection import Alert, Chance, DetectionSettings, label_run
 from capgeo_callbacks.detection.onset import learning_onset
 from capgeo_callbacks.detection.stats import wilson
 from capgeo_callbacks.rules import Forecast, Rule, RunView, make_rule, rule_output
@@ -135,16 +136,22 @@ def load_runs(folder: str | Path, seeds: Sequence[int] | None = None) -> list[Sc
     return runs
 
 
-def first_warning(rule: Rule, run: RunView) -> int | None:
-    """The step of ``rule``'s first run alert on ``run`` (replayed until it fires), or None."""
+def first_alert(rule: Rule, run: RunView) -> Alert | None:
+    """``rule``'s first run alert on ``run`` (replayed until it fires), or None."""
     alerts: list = []
     for end in range(1, len(run.steps) + 1):
         output = rule_output(rule, run.prefix(end), alerts)
         alerts += output.alerts
-        fired = [alert.step for alert in output.alerts if alert.kind == "run"]
+        fired = [alert for alert in output.alerts if alert.kind == "run"]
         if fired:
             return fired[0]
     return None
+
+
+def first_warning(rule: Rule, run: RunView) -> int | None:
+    """The step of ``rule``'s first run alert on ``run``, or None."""
+    alert = first_alert(rule, run)
+    return None if alert is None else alert.step
 
 
 def _spread(values: Sequence[float]) -> dict[str, Any]:
@@ -163,9 +170,10 @@ def warning_scores(rule: Rule | str, runs: Sequence[ScoredRun], fired: Mapping[s
             raise ValueError("a rule name alone needs fired=")
         fired = {run.name: first_warning(rule, run.view) for run in runs}
     name = rule if isinstance(rule, str) else rule.name
-    alerted = [run for run in runs if fired[run.name] is not None]
-    true_alarms = [run for run in alerted if not run.control and run.acquisition is not None
-                   and fired[run.name] < run.acquisition]  # type: ignore[operator]
+    # a warning counts only before acquisition: an alert at or after it warned of nothing (docs/design.md)
+    alerted = [run for run in runs if fired[run.name] is not None
+               and (run.acquisition is None or fired[run.name] < run.acquisition)]  # type: ignore[operator]
+    true_alarms = [run for run in alerted if not run.control and run.acquisition is not None]
     full = [run for run in runs if run.acquired_fully and not run.control]
     caught = [run for run in full if fired[run.name] is not None and fired[run.name] < run.acquisition]  # type: ignore
     never = [run for run in runs if run.acquisition is None and not run.control]
@@ -233,12 +241,16 @@ def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[f
             "coverage": Rate(sum(covered), len(covered)),
             "mean_width": float(np.mean([w for w in widths if math.isfinite(w)])) if widths else None,
             **({"errors": errors} if keep_errors else {})}
-    never = [run for run in runs if run.acquisition is None]
-    beyond = 0
-    for run in never:
-        _, made = replay_last(rule, run.view)
-        beyond += made is not None and math.isinf(made.predicted)
-    return {"rule": rule.name, "fractions": by_fraction, "never_acquired_beyond": Rate(beyond, len(never))}
+    beyond = {}
+    for run in runs:
+        if run.acquisition is None:
+            _, made = replay_last(rule, run.view)
+            beyond[run.name] = made is not None and made.predicted is not None and math.isinf(made.predicted)
+    controls = [run for run in runs if run.control and run.name in beyond]
+    never = [run for run in runs if not run.control and run.name in beyond]
+    return {"rule": rule.name, "fractions": by_fraction,
+            "controls_beyond": Rate(sum(beyond[run.name] for run in controls), len(controls)),
+            "never_acquired_beyond": Rate(sum(beyond[run.name] for run in never), len(never))}
 
 
 # ------------------------------------------------------------------------------------- registration
@@ -311,8 +323,8 @@ def forecast_table(scores: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: median relative error [bootstrap 95%] at each fraction, coverage and width at 50%."""
     fractions = list(next(iter(scores))["fractions"]) if scores else []
     head = " | ".join(f"error at {float(f):.0%}" for f in fractions)
-    lines = [f"| forecaster | {head} | interval covers (at 50%) | mean width (at 50%) | never acquired: 'not "
-             "within reach' |", "| --- |" + " --- |" * (len(fractions) + 3)]
+    lines = [f"| forecaster | {head} | interval covers (at 50%) | mean width (at 50%) | 'not within reach' at the "
+             "end: controls | never acquired |", "| --- |" + " --- |" * (len(fractions) + 4)]
     for s in scores:
         cells = []
         for f in fractions:
@@ -325,7 +337,8 @@ def forecast_table(scores: Sequence[Mapping[str, Any]]) -> str:
         half = s["fractions"].get("0.5", {})
         width = half.get("mean_width")
         lines.append(f"| {s['rule']} | " + " | ".join(cells) + f" | {half.get('coverage', '-')} | "
-                     f"{'-' if width is None else f'{width:.2f}'} | {s['never_acquired_beyond']} |")
+                     f"{'-' if width is None else f'{width:.2f}'} | {s['controls_beyond']} | "
+                     f"{s['never_acquired_beyond']} |")
     return "\n".join(lines)
 
 

@@ -42,11 +42,12 @@ NEVER = [0.0] * 20
 class AlarmAt(Rule):
     """Warns at a fixed step, whatever the run."""
 
-    name = "alarm-at-300"
+    def __init__(self, step: int = 300) -> None:
+        self.at, self.name = step, f"alarm-at-{step}"
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
-        if not raised and run.step >= 300:
-            return RuleOutput(alerts=[self.alert(run, "step 300")])
+        if not raised and run.step >= self.at:
+            return RuleOutput(alerts=[self.alert(run, f"step {self.at}")])
         return RuleOutput()
 
 
@@ -80,12 +81,22 @@ def test_warning_scores_have_known_answers(folder: Path) -> None:
     assert "| 1 (tie) | alarm-at-300 |" in table and "| 1 (tie) | twin |" in table
 
 
+def test_an_alert_at_or_after_acquisition_is_no_warning(folder: Path) -> None:
+    """Acquired at 500: an alert at 500 or later warned of nothing, so it counts neither for nor against precision;
+    on runs never acquired it is a false alarm whenever it comes."""
+
+    scores = warning_scores(AlarmAt(600), load_runs(folder))
+    assert (scores["precision"], scores["recall"]) == (Rate(0, 2), Rate(0, 1))
+    assert scores["false_alarms_controls"] == Rate(1, 1) and scores["false_alarms_never_acquired"] == Rate(1, 1)
+
+
 def test_forecast_scores_have_known_answers(folder: Path) -> None:
     scores = forecast_scores(Oracle(), load_runs(folder), keep_errors=True)
     half = scores["fractions"]["0.5"]
     assert half["n"] == 1 and half["median_error"] == 0.0 and half["coverage"] == Rate(1, 1)
     assert half["mean_width"] == pytest.approx(0.2)
-    assert scores["never_acquired_beyond"] == Rate(0, 2)  # never (and the control): it never says "not in reach"
+    # the never-acquired run and the control, each apart: it never says "not within reach"
+    assert (scores["never_acquired_beyond"], scores["controls_beyond"]) == (Rate(0, 1), Rate(0, 1))
 
 
 def test_held_out_runs_need_a_matching_registration_committed_before_them(tmp_path: Path) -> None:
