@@ -29,7 +29,13 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
 from transformers import Trainer as HFTrainer
 
-from capgeo_callbacks import EvaluationSchedule, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
+from capgeo_callbacks import (
+    EvaluationSchedule,
+    LinearProbeMonitor,
+    PrecursorDetector,
+    RankMeMonitor,
+    StepProgressBar,
+)
 from capgeo_callbacks.integrations.hf import CapgeoTrainerCallback
 from capgeo_callbacks.rules import default_rules
 
@@ -106,6 +112,7 @@ def main(framework: str = "lightning", max_steps: int = 300, points: int = 96, s
             RankMeMonitor(layers=["model.transformer.h.*", "model.transformer.ln_f"], selector="last", num_rows=512),
             LinearProbeMonitor(layers="model.transformer.ln_f", every_n_evals=4),
             PrecursorDetector(monitor="val/acc", rules=default_rules(), on_alert=print),
+            StepProgressBar(),
         ])
         trainer.fit(GPT2Module(seed), DataLoader(train, batch_size=64, shuffle=True), DataLoader(val, batch_size=256))
         return Path(trainer.log_dir)
@@ -116,8 +123,7 @@ def main(framework: str = "lightning", max_steps: int = 300, points: int = 96, s
                              learning_rate=2e-3, lr_scheduler_type="constant_with_warmup", warmup_steps=20,
                              weight_decay=0.0, seed=seed, use_cpu=True, report_to=[], save_strategy="no",
                              logging_steps=50, disable_tqdm=True)
-    capgeo = CapgeoTrainerCallback(val.rows(), points=points, acc_fn=answer_accuracy, rules=default_rules(),
-                                   on_alert=print)
+    capgeo = CapgeoTrainerCallback(val.rows(), points=points, rules=default_rules(), on_alert=print)
     HFTrainer(model=gpt2(seed), args=args, train_dataset=train, callbacks=[capgeo]).train()
     return output_dir
 

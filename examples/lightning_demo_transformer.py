@@ -26,7 +26,13 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.demos import Transformer
 from torch.utils.data import DataLoader, TensorDataset
 
-from capgeo_callbacks import EvaluationSchedule, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
+from capgeo_callbacks import (
+    EvaluationSchedule,
+    LinearProbeMonitor,
+    PrecursorDetector,
+    RankMeMonitor,
+    StepProgressBar,
+)
 from capgeo_callbacks.rules import default_rules
 
 P, DIGITS = 7, 4  # tokens 0..P-1 are digits, P starts the answer
@@ -78,6 +84,7 @@ def main(max_steps: int = 400, points: int = 96, seed: int = 0, root: str | Path
                       selector="mean", num_rows=512),
         LinearProbeMonitor(layers="model.transformer.decoder.norm", every_n_evals=4),
         PrecursorDetector(monitor="val/acc", rules=default_rules(), on_alert=print),
+        StepProgressBar(),
     ])
     trainer.fit(model, train, val)
     return Path(trainer.log_dir)

@@ -23,7 +23,13 @@ from lightning.pytorch import Trainer
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from capgeo_callbacks import EvaluationSchedule, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
+from capgeo_callbacks import (
+    EvaluationSchedule,
+    LinearProbeMonitor,
+    PrecursorDetector,
+    RankMeMonitor,
+    StepProgressBar,
+)
 from capgeo_callbacks.rules import default_rules
 
 P = 23  # the modulus; tokens 0..P-1 are numbers, P is "="
@@ -130,6 +136,7 @@ def main(max_steps: int = 600, points: int = 128, seed: int = 0, root: str | Pat
         RankMeMonitor(layers=["model.layers.*", "model.norm"], selector="last", num_rows=512),
         LinearProbeMonitor(layers="model.norm", every_n_evals=4),
         PrecursorDetector(monitor="val/acc", rules=default_rules(), on_alert=print),
+        StepProgressBar(),
     ])
     trainer.fit(model, train, val)
     return Path(trainer.log_dir)

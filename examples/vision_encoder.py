@@ -26,7 +26,13 @@ from lightning.pytorch import Trainer
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from capgeo_callbacks import EvaluationSchedule, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
+from capgeo_callbacks import (
+    EvaluationSchedule,
+    LinearProbeMonitor,
+    PrecursorDetector,
+    RankMeMonitor,
+    StepProgressBar,
+)
 from capgeo_callbacks.rules import default_rules
 
 CLASSES, SIDE, PATCH = 5, 16, 4
@@ -94,6 +100,7 @@ def main(max_steps: int = 300, points: int = 96, seed: int = 0, root: str | Path
         RankMeMonitor(layers=["blocks.*", "norm"], selector="mean", num_rows=512),  # pooled over patches
         LinearProbeMonitor(layers="norm", every_n_evals=4),
         PrecursorDetector(monitor="val/acc", rules=default_rules(), on_alert=print),
+        StepProgressBar(),
     ])
     trainer.fit(model, train, val)
     return Path(trainer.log_dir)

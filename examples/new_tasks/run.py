@@ -22,7 +22,13 @@ from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from capgeo_callbacks import EvaluationSchedule, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
+from capgeo_callbacks import (
+    EvaluationSchedule,
+    LinearProbeMonitor,
+    PrecursorDetector,
+    RankMeMonitor,
+    StepProgressBar,
+)
 from capgeo_callbacks.rules import default_rules
 from examples.new_tasks.model import AnswerLM
 from examples.new_tasks.tasks import FAMILIES
@@ -63,6 +69,7 @@ def readme_callbacks() -> list[Callback]:
         RankMeMonitor(layers=["model.layers.*", "model.norm"], selector="last", num_rows=512),
         LinearProbeMonitor(layers="model.norm", every_n_evals=4),
         PrecursorDetector(monitor="val/acc", rules=default_rules(), on_alert=print),
+        StepProgressBar(),
     ]
 
 
@@ -94,9 +101,9 @@ def run(family: str, seed: int, control: bool = False, root: str | Path = "runs/
                      decay_steps=settings.max_steps if settings.cosine else None)
     checkpoints = ModelCheckpoint(dirpath=folder / "checkpoints", save_last=True, save_top_k=0,
                                   every_n_train_steps=checkpoint_every)
+    quiet = [callback for callback in readme_callbacks() if not isinstance(callback, StepProgressBar)]  # a log file
     trainer = Trainer(max_steps=settings.max_steps, logger=TensorBoardLogger(folder, name="", version=""),
-                      callbacks=[*readme_callbacks(), checkpoints], enable_progress_bar=False,
-                      enable_model_summary=False)
+                      callbacks=[*quiet, checkpoints], enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, datamodule=data, ckpt_path=last if last.exists() else None)
 
     record.update(family=family, seed=seed, control=control, settings=asdict(settings),

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from capgeo_callbacks import SUMMARY_FILENAME, read_summary
-from capgeo_callbacks.rules import default_rules
+from capgeo_callbacks.rules import Needs, default_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -45,7 +45,7 @@ class ExampleRun:
     folder: Path
     summary: dict[str, Any]
     messages: list[str] = field(default_factory=list)  # warnings and ``capgeo`` log records, in order
-    printed: str = ""  # standard output (``on_alert=print``)
+    printed: str = ""  # standard output (``on_alert=print``, the progress bar)
     cpu_seconds: float = 0.0
 
     def series(self, tag: str) -> list[tuple[int, float]]:
@@ -137,6 +137,8 @@ def forecasts_before_acquisition(run: ExampleRun, share: float = 0.75) -> list[d
 
 
 def check_forecast_before_acquisition(run: ExampleRun) -> None:
+    """Issue 28's condition as written: a forecast at or before 75% of the time to acquisition with
+    ``step < low <= predicted <= high``."""
     found = forecasts_before_acquisition(run)
     made = {rule: [(f["step"], f["predicted"]) for f in records[:3]]
             for rule, records in run.summary.get("forecasts", {}).items()}
@@ -144,22 +146,32 @@ def check_forecast_before_acquisition(run: ExampleRun) -> None:
                    f"step < low <= predicted <= high; forecasters' first forecasts: {made or 'none'}")
 
 
-def has_inputs(run: ExampleRun, needs: tuple[str, ...]) -> bool:
-    """Whether the run recorded everything a rule declares it needs: series tags, tag prefixes (ending in ``/``)
-    or run facts (top-level summary fields such as ``chance``)."""
-    tags = set(run.summary["series"])
-    return all(any(tag.startswith(need) for tag in tags) if need.endswith("/") else
-               need in tags or run.summary.get(need) is not None for need in needs)
+def check_forecast_holds_acquisition(run: ExampleRun) -> None:
+    """More than the condition (which a useless forecast can meet): the first forecast that meets it has an
+    interval holding the actual acquisition step."""
+    found = forecasts_before_acquisition(run)
+    assert found, f"no forecast at or before 75% of the time to acquisition ({run.acquisition_step})"
+    first = min(found, key=lambda f: f["step"])
+    high = math.inf if first["high"] is None else first["high"]
+    assert first["low"] <= run.acquisition_step <= high, (
+        f"{first['rule']} at step {first['step']}: {first['predicted']:.0f} [{first['low']:.0f}, {high:.0f}], "
+        f"acquisition at {run.acquisition_step}")
+
+
+def has_inputs(run: ExampleRun, needs: Needs) -> bool:
+    """Whether the run recorded everything a rule declares it needs (:class:`~capgeo_callbacks.rules.Needs`):
+    series tags, tag prefixes, alternatives, or run facts (top-level summary fields such as ``chance``)."""
+    return not needs.missing(set(run.summary["series"]), run.summary)
 
 
 def check_rules_alert_or_say_why(run: ExampleRun) -> None:
     """Every default rule the run ran either raised an alert, or had every input it declares (``Rule.needs``) and
     stayed silent, or said once why it could not run (one message naming it)."""
-    needs = {rule.name: tuple(rule.needs) for rule in default_rules()}
+    needs = {rule.name: rule.needs for rule in default_rules()}
     alerted = {alert["rule"] for alert in run.summary["alerts"]}
     unexplained = []
     for rule in run.summary["rules"]:
-        said = [message for message in run.messages if rule in message]
+        said = [message for message in run.messages if f"rule {rule!r}" in message]
         fed = rule in needs and has_inputs(run, needs[rule])
         if rule not in alerted and not fed and len(said) != 1:
             unexplained.append(f"{rule} (needs {needs.get(rule, '?')}; {len(said)} messages name it)")

@@ -1,5 +1,5 @@
 """examples/lightning_demo_transformer.py end to end: Lightning's demo Transformer on tuple batches, watched by
-capgeo. Plain assertions hold today; strict xfails name the issue 28 gap that makes them fail."""
+capgeo; each test asserts one thing the example states."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tests.examples.helpers import (
     check_acquired_late,
     check_alert_before_acquisition,
     check_forecast_before_acquisition,
+    check_forecast_holds_acquisition,
     check_nothing_skipped,
     check_probe_accuracy,
     check_rankme_per_layer,
@@ -44,28 +45,24 @@ def test_the_study_rule_alerts_before_acquisition(run: ExampleRun) -> None:
     assert "rule='study'" in run.printed  # on_alert=print shows each alert
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: LinearProbeMonitor's default labels "
-                   "need batch['targets'] + batch['answer_mask']; (inputs, labels) with (B,) labels is skipped")
 def test_a_probe_on_the_decoder_norm_reads_the_answer(run: ExampleRun) -> None:
-    # 0.29 at step 0 with labels_fn given (the 512 questions are only 210 multisets of digits: the probe's two
-    # halves share questions); 0.87-0.96 at the end
-    check_probe_accuracy(run, "model.transformer.decoder.norm", start_below=0.5, end_above=0.8)
+    # the 512 validation questions are 210 multisets of digits, which the order-blind encoder cannot tell apart: the
+    # probe is fit and scored on different multisets (a probe fit on half the rows and scored on the rest read the
+    # repeats back: 0.29 at step 0, 0.87-0.96 at the end); on unseen ones it ends near 0.75 (chance 1/7)
+    check_probe_accuracy(run, "model.transformer.decoder.norm", start_below=0.3, end_above=0.7)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: the default forecaster needs "
-                   "val/token_acc and the run's chance table; a run that logs val/acc and val/loss gets no forecast "
-                   "before acquisition")
 def test_a_forecast_before_acquisition(run: ExampleRun) -> None:
     check_forecast_before_acquisition(run)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: a rule whose inputs are missing "
-                   "(probe-crossing without probe_acc/) is silent and nothing says why")
+def test_the_forecast_s_interval_holds_the_acquisition_step(run: ExampleRun) -> None:
+    check_forecast_holds_acquisition(run)
+
+
 def test_every_rule_alerts_or_says_why_not(run: ExampleRun) -> None:
     check_rules_alert_or_say_why(run)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: LinearProbeMonitor warns 'batch "
-                   "skipped' and '0 rows captured ... skipped' on standard (inputs, labels) batches")
 def test_nothing_is_skipped(run: ExampleRun) -> None:
     check_nothing_skipped(run)

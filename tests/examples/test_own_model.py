@@ -1,6 +1,5 @@
 """examples/own_model.py end to end: a user's Llama-like causal LM on tuple batches, capgeo attached as the README
-prints it. What passes today is asserted plainly; what fails only for the library gaps of issue 28 is a strict
-xfail naming the gap (docs/your-model-gaps.md), so it turns into a failure the day the gap closes."""
+prints it; each test asserts one thing the example states."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from tests.examples.helpers import (
     ExampleRun,
     check_acquired_late,
     check_forecast_before_acquisition,
+    check_forecast_holds_acquisition,
     check_nothing_skipped,
     check_probe_accuracy,
     check_rankme_per_layer,
@@ -44,26 +44,21 @@ def test_the_summary_records_the_run(run: ExampleRun) -> None:
     assert (run.folder / "capgeo_summary.json").is_file()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: LinearProbeMonitor's default labels "
-                   "and rows need batch['targets'] + batch['answer_mask']; a tuple (inputs, targets) batch is skipped")
 def test_a_probe_on_the_final_norm_reads_the_answer(run: ExampleRun) -> None:
-    check_probe_accuracy(run, "norm", start_below=0.2, end_above=0.8)
+    check_probe_accuracy(run, "model.norm", start_below=0.2, end_above=0.8)  # one watched layer: its full name
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: the default forecaster needs "
-                   "val/token_acc and the run's chance table; a run that logs val/acc and val/loss gets no forecast "
-                   "before acquisition")
 def test_a_forecast_before_acquisition(run: ExampleRun) -> None:
     check_forecast_before_acquisition(run)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: a rule whose inputs are missing "
-                   "(probe-crossing without probe_acc/) is silent and nothing says why")
+def test_the_forecast_s_interval_holds_the_acquisition_step(run: ExampleRun) -> None:
+    check_forecast_holds_acquisition(run)
+
+
 def test_every_rule_alerts_or_says_why_not(run: ExampleRun) -> None:
     check_rules_alert_or_say_why(run)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 28: LinearProbeMonitor warns 'batch "
-                   "skipped' and '0 rows captured ... skipped' on standard (inputs, targets) batches")
 def test_nothing_is_skipped(run: ExampleRun) -> None:
     check_nothing_skipped(run)
