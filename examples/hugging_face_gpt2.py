@@ -2,17 +2,20 @@
 
 The task: eight tokens, ``=``, a position k, and the answer is the token at position k (``x_1 .. x_8 = k x_k``),
 in Hugging Face's batch convention: dicts of ``input_ids`` and ``labels`` (-100 where there is nothing to
-predict; the model shifts them). The same
-model is trained inside a LightningModule (capgeo's Lightning callbacks on ``model.transformer.h.*`` and
+predict; the model shifts them). The same model is trained inside a LightningModule (capgeo's Lightning callbacks on ``model.transformer.h.*`` and
 ``ln_f``) and by ``transformers.Trainer`` (``capgeo_callbacks.integrations.hf.CapgeoTrainerCallback`` on a fixed set of
-validation rows, with the answer's accuracy from ``acc_fn``).
+validation rows, which hold their ``labels``).
 
-What it shows, in both: accuracy near chance (1/16) for the first 50 steps, then acquired (>= 0.5 held) and
-learned (>= 0.9); RankMe of every block at every evaluation, the study rule's alert before acquisition (RankMe
-collapses and recovers), and ``capgeo_summary.json`` with the acquisition step. Once capgeo reads Hugging Face
-``labels`` (issue 28) it also logs a linear probe of the final norm on the answer (the label of position t being
-``labels[t + 1]``; >= 0.8 at the end), its rules alert or say why they cannot, and it forecasts the acquisition
-step before it happens; today it skips them (docs/your-model-gaps.md).
+What it shows, in both (seed 0; tests/examples/test_hugging_face_gpt2.py asserts each): accuracy near chance
+(1/16) for the first 50 steps, then acquired (>= 0.5 held; step 78) and learned (>= 0.9); RankMe of every block at
+every evaluation, the study rule's alert before acquisition (RankMe collapses and recovers; step 33); a linear
+probe of the final norm read off the ``labels`` (the label of position t being ``labels[t + 1]``: 0.16 at step 0,
+1.00 at the end; it crosses halfway at step 72 under ``transformers.Trainer``, before acquisition, and 82 under
+Lightning, after); and a
+forecast of the acquisition step made at 75% of the time to it (Lightning: step 58, 153 [93, 2006];
+transformers: step 54, 106 [80, 267]): too late, and its interval misses 78 (the rise has just begun).
+Under ``transformers.Trainer`` the callback reads accuracy, loss and probe labels off the validation rows' own
+``labels``.
 
 Run: ``python examples/hugging_face_gpt2.py`` (both trainings).
 """
