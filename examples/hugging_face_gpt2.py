@@ -1,10 +1,11 @@
 """A Hugging Face causal LM (GPT-2, built from a config: nothing downloaded), trained two ways, watched by capgeo.
 
 The task: eight tokens, ``=``, a position k, and the answer is the token at position k (``x_1 .. x_8 = k x_k``),
-in Hugging Face's batch convention: dicts of ``input_ids`` and ``labels`` (-100 where there is nothing to
-predict; the model shifts them). The same model is trained inside a LightningModule (capgeo's Lightning callbacks on ``model.transformer.h.*`` and
-``ln_f``) and by ``transformers.Trainer`` (``capgeo_callbacks.integrations.hf.CapgeoTrainerCallback`` on a fixed set of
-validation rows, which hold their ``labels``).
+in Hugging Face's batch convention: dicts of ``input_ids`` and ``labels`` (-100 where there is nothing to predict;
+the model shifts them). The same model is trained inside a LightningModule (capgeo's Lightning callbacks on
+``model.transformer.h.*`` and ``ln_f``) and by ``transformers.Trainer``
+(``capgeo_callbacks.integrations.hf.CapgeoTrainerCallback`` on a fixed set of validation rows, which hold their
+``labels``).
 
 What it shows, in both (seed 0; tests/examples/test_hugging_face_gpt2.py asserts each): accuracy near chance
 (1/16) for the first 50 steps, then acquired (>= 0.5 held; step 78) and learned (>= 0.9); RankMe of every block at
