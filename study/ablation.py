@@ -14,7 +14,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from study.runner import ROOT, Job
+from launch import ROOT
+from launch import Trial as Job
 
 CORPUS = ROOT / "corpus" / "ablation"
 DOC = ROOT / "docs" / "ablation.md"
@@ -53,8 +54,8 @@ def ablation_jobs() -> list[Job]:
 
 def export(runs: Path = LOGDIR) -> int:
     """Each finished ablation run's summary, gzipped, to ``corpus/ablation/<schedule>/<run>.json.gz``."""
+    from launch import summary_of
     from study.corpus import write_packed
-    from study.runner import summary_of
 
     count = 0
     for job in ablation_jobs():
@@ -253,12 +254,12 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import os
 
-    from study.runner import run_jobs
+    from launch import add_launch_arguments, launch_with
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the ablation (resumable)")
-    run.add_argument("--workers", type=int, default=2)
+    add_launch_arguments(run)
     run.add_argument("--nice", type=int, default=5)
     exporter = commands.add_parser("export", help="gzip finished runs into corpus/ablation/")
     exporter.add_argument("--runs", type=Path, default=LOGDIR)
@@ -267,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "run":
         os.nice(args.nice)
-        run_jobs(ablation_jobs(), workers=args.workers)
+        launch_with(ablation_jobs(), args, name="ablation", storage=LOGDIR / ".engine")
         print(f"{export()} runs exported")
     elif args.command == "export":
         print(f"{export(args.runs)} runs exported")

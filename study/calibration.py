@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from capgeo_callbacks.run.summary import read_summary
-from study.runner import ROOT, Job, run_jobs, summary_of
+from launch import ROOT, add_launch_arguments, launch_with, summary_of
+from launch import Trial as Job
 
 LOGDIR = ROOT / "runs" / "calibration"
 COMMITTED = ROOT / "corpus" / "calibration"
@@ -174,14 +175,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the calibration grid (resumable)")
-    run.add_argument("--workers", type=int, default=2)
+    add_launch_arguments(run)
     run.add_argument("--logdir", type=Path, default=LOGDIR)
     show = commands.add_parser("table", help="the steps at which each seed holds 0.25, 0.5, 0.75, 0.9")
     show.add_argument("--logdir", type=Path, default=COMMITTED)
     show.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "run":
-        run_jobs(variant_jobs(logdir=args.logdir), workers=args.workers)
+        launch_with(variant_jobs(logdir=args.logdir), args, name="calibration", storage=args.logdir / ".engine")
     elif args.markdown:
         DOC.write_text(page(args.logdir))
         print(DOC.read_text())

@@ -31,8 +31,8 @@ from typing import Any
 
 from capgeo_callbacks.detection import DetectionSettings, label_run
 from capgeo_callbacks.scoring import Rate, ScoredRun, load_runs
+from launch import ROOT
 from study.corpus import CORPUS, phase_jobs
-from study.runner import ROOT
 
 PHASE = "calibration-cpu"
 FOLDER = CORPUS / PHASE

@@ -70,8 +70,20 @@ def _deepest_floor(summary: Mapping[str, Any]) -> float | None:
     return None if not info else info.get("floor")
 
 
+DEFAULT_MEASURES = {"rankme", "probes"}
+
+
+def every_measure(summary: Mapping[str, Any]) -> bool:
+    """Whether a run measured more than the default measures (the measures phase: the same task and seed as a run of
+    the hard phase, so it enters the comparison of measures only, made on the runs that measured them all)."""
+    return bool(set(summary.get("measure_names") or ()) - DEFAULT_MEASURES)
+
+
 def claims(records: Sequence[RunRecord]) -> list[Claim]:
-    """Every claim, tested on ``records`` (negative controls left out)."""
+    """Every claim, tested on ``records`` (negative controls left out). Runs with every measure are counted only in
+    the comparison of measures, on those runs alone; every other claim reads the rest."""
+    measured = [r for r in records if every_measure(r.summary)]
+    records = [r for r in records if not every_measure(r.summary)]
     hard = _runs(records, lambda s: s.get("difficulty") == "hard")
     easy = _runs(records, lambda s: s.get("difficulty") == "easy")
     acquired_hard = [s for s in hard if s.get("acquisition_step") is not None]
@@ -86,7 +98,7 @@ def claims(records: Sequence[RunRecord]) -> list[Claim]:
     found.append(_proportion_claim("Easy tasks: no precursor (collapse and acquisition together), acquired easy "
                                    "runs", "100%", simultaneous, len(acquired_easy), 1.0))
 
-    hard_records = _records(records, lambda s: s.get("difficulty") == "hard")
+    hard_records = _records(measured, lambda s: s.get("difficulty") == "hard")
     rates = {row["measure"]: row for row in precursor_rates(hard_records)}
     other = {m: row for m, row in rates.items() if not m.startswith(("RankMe", "rankme", "probe_acc"))
              and row["acquired"]}

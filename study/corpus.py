@@ -1,6 +1,6 @@
 """The labelled corpus every warning and forecast is scored on: train.py runs in phases, resumable.
 
-    python -m study.corpus run --phases levels hard controls s --workers 2   # runs/corpus/<phase>/<run>/
+    python -m study.corpus run --phases levels hard controls s --workers 2   # runs/corpus/<phase>/<run>/, on Ray
     python -m study.corpus export                                             # -> corpus/<phase>/<run>.json.gz
     python -m study.corpus labels                                             # labels, machines, cost: docs/corpus.md
     python -m study.corpus provenance                                         # where each phase ran
@@ -13,7 +13,7 @@ Phases (the emergence issue's corpus; seeds 100 and up are the held-out test's a
 - ``levels``: easy and medium on xs, seeds 0-1, likewise.
 - ``controls``: the hard level with shuffled answers (nothing to learn) for the learnable tasks, seeds 0-1,
   to the end of the budget.
-- ``s``: size ``s`` on the hard level of ``mod`` and two calibrated tasks, seeds 0-1.
+- ``s``: size ``s`` on the hard level of ``mod``, ``mul`` and two calibrated tasks, seeds 0-1.
 - ``calibration-cpu``: the registered tasks' hard level, seeds 0-2, on the held-out runs' hardware (this CPU, one
   thread), each to the end of its budget (no ``--stop-when-learned``): the clock recomputed where the held-out
   runs were made, and whole runs that show whether an acquired run falls back late.
@@ -35,7 +35,8 @@ from typing import Any
 
 import tasks
 from capgeo_callbacks.run.summary import json_safe, read_summary
-from study.runner import ROOT, Job, require_clean_tree, run_jobs, summary_of
+from launch import ROOT, add_launch_arguments, launch_with, require_clean_tree, summary_of
+from launch import Trial as Job
 from tasks.budgets import budget
 
 RUNS = ROOT / "runs" / "corpus"
@@ -43,7 +44,7 @@ CORPUS = ROOT / "corpus"
 HELD_OUT_SEEDS = 100  # seeds from here on belong to the pre-registered held-out test
 CONTROL_TASKS = ("copy", "reverse", "compare", "add", "sort", "mul")  # learnable tasks with a shuffled twin
 REGISTERED_TASKS = CONTROL_TASKS  # the held-out test's tasks (study/registration.json, "held_out")
-SIZE_S_TASKS = ("mod", "sort", "copy")
+SIZE_S_TASKS = ("mod", "sort", "copy", "mul")  # mul: "the floor rises with capacity" (docs/claims)
 LEARNED = ("--stop-when-learned",)
 
 
@@ -351,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run (or resume) phases")
     run.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
-    run.add_argument("--workers", type=int, default=2)
+    add_launch_arguments(run)
     run.add_argument("--nice", type=int, default=5, help="run at this niceness (the machine stays usable)")
     commands.add_parser("export", help="gzip finished summaries into corpus/")
     commands.add_parser("labels", help="the label table, where each phase ran and its CPU cost -> docs/corpus.md")
@@ -366,8 +367,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 require_clean_tree(f"phase {phase}")
             jobs = [job for job in phase_jobs(phase) if not exported(job)]
             print(f"== phase {phase}: {len(jobs)} runs not in the corpus yet", flush=True)
-            run_jobs(jobs, workers=args.workers)
-            print(f"{export()} runs exported to {CORPUS}", flush=True)  # committed as each phase finishes
+            launch_with(jobs, args, name=f"corpus-{phase}", storage=RUNS / ".engine",
+                        on_outcome=lambda outcome: export())  # each summary into corpus/ as its run finishes
+            print(f"{export()} runs exported to {CORPUS}", flush=True)
     elif args.command == "labels":
         LABEL_DOC.write_text(labels_page())
         print(LABEL_DOC.read_text()[:3000])

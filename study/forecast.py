@@ -43,8 +43,8 @@ from capgeo_callbacks.scoring import (
     warning_scores,
     warning_table,
 )
+from launch import ROOT
 from study.corpus import CORPUS
-from study.runner import ROOT
 
 REGISTRATION = ROOT / "study" / "registration.json"
 DOC = ROOT / "docs" / "forecast-selection.md"

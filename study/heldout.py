@@ -27,9 +27,10 @@ from typing import Any
 
 from capgeo_callbacks.rules import Rule, rule_from_record
 from capgeo_callbacks.scoring import ScoredRun
+from launch import ROOT, add_launch_arguments, launch_with, require_clean_tree, summary_of
+from launch import Trial as Job
 from study.corpus import CORPUS, HELD_OUT_SEEDS, write_packed
 from study.forecast import REGISTRATION
-from study.runner import ROOT, Job, require_clean_tree, run_jobs, summary_of
 
 RUNS = ROOT / "runs" / "heldout"
 
@@ -489,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run")
-    run.add_argument("--workers", type=int, default=2)
+    add_launch_arguments(run)
     run.add_argument("--nice", type=int, default=0)
     commands.add_parser("export")
     commands.add_parser("report", help="the registered choice on the held-out runs -> docs/heldout.md")
@@ -511,8 +512,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.nice(args.nice)
         jobs = heldout_jobs()
         done = [job for job in jobs if (CORPUS / "heldout" / f"{job.name}.json.gz").exists()]
-        run_jobs([job for job in jobs if job not in done], workers=args.workers,
-                 on_finished=lambda states: export())
+        launch_with([job for job in jobs if job not in done], args, name="heldout", storage=RUNS / ".engine",
+                    on_outcome=lambda outcome: export())
     print(f"{export()} held-out runs exported to {CORPUS / 'heldout'}")
 
 

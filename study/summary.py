@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from study.runner import ROOT
+from launch import ROOT
 
 DOC = ROOT / "docs" / "study.md"
 CLAIM_FOLDERS = ("corpus/hard", "corpus/measures", "corpus/levels", "corpus/s", "corpus/controls", "corpus/heldout")
@@ -71,6 +71,8 @@ PAGES: tuple[tuple[str, str, Callable[[], str], str, str | None], ...] = (
      "Choosing the warning and the forecast (calibration seeds)", None),
     ("docs/heldout.md", "python -m study.heldout report", _page("study.heldout", "report"),
      "The pre-registered held-out test", None),
+    ("docs/stopping.md", "python -m study.stopping --out docs/stopping.md", _page("study.stopping", "page"),
+     "Stopping runs early: the capability stopper, ASHA and median stopping", None),
 )
 
 

@@ -28,8 +28,8 @@ from capgeo_callbacks.rules.trend import TrendForecaster
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs
 from capgeo_callbacks.scoring.scores import Rate, scored_run
+from launch import ROOT
 from study.corpus import CORPUS, write_packed
-from study.runner import ROOT
 
 GALLERY = CORPUS / "gallery"
 DOC = ROOT / "docs" / "user-forecast.md"

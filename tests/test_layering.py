@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKOUT_ONLY = ("study", "tasks", "models", "train", "sweep", "benchmarks")  # never installed, never imported
+# never installed, never imported
+CHECKOUT_ONLY = ("study", "tasks", "models", "train", "sweep", "launch", "benchmarks")
+ENGINES = ("ray", "optuna", "submitit")  # the sweep extra: the library imports them only in the functions using them
 
 
 def modules(package: str) -> list[Path]:
@@ -63,6 +65,16 @@ def test_the_library_imports_nothing_of_the_checkout(path: Path) -> None:
     assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}: capgeo_callbacks must stand alone"
     named = [(line, value) for line, value in named_defaults(path) if top(value) in CHECKOUT_ONLY]
     assert not named, f"{path.relative_to(ROOT)} defaults to {named}: take it as an argument, or what the run records"
+
+
+@pytest.mark.parametrize("path", modules("capgeo_callbacks"), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_the_library_imports_the_engines_only_where_they_run(path: Path) -> None:
+    tree = ast.parse(path.read_text(), str(path))
+    top_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = [alias.name for node in top_level if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module for node in top_level if isinstance(node, ast.ImportFrom) and node.module]
+    wrong = [name for name in names if top(name) in ENGINES]
+    assert not wrong, f"{path.relative_to(ROOT)} imports {wrong} at import time: capgeo_callbacks must not need them"
 
 
 @pytest.mark.parametrize("package", ["tasks", "models"])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKOUT_ONLY = ("tasks", "models", "study", "tests", "benchmarks", "train.py", "sweep.py")
+CHECKOUT_ONLY = ("tasks", "models", "study", "launch", "tests", "benchmarks", "train.py", "sweep.py")
 
 
 def test_the_wheel_installs_the_library_only(tmp_path: Path) -> None:
@@ -22,7 +22,7 @@ def test_the_wheel_installs_the_library_only(tmp_path: Path) -> None:
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "train.py", "sweep.py"):
         shutil.copy(ROOT / name, source / name)
-    for name in ("capgeo_callbacks", "tasks", "models", "study", "benchmarks"):
+    for name in ("capgeo_callbacks", "tasks", "models", "study", "launch", "benchmarks"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                            "-q", "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True,

@@ -1,5 +1,6 @@
-"""sweep.py: planning (names, budgets, what is finished or resumable) on hand-made run folders, and one
-real tiny run that the sweep starts, extends by resuming, then skips."""
+"""sweep.py and the one definition of finished (launch.run_state): planning (names, budgets, what is finished or
+resumable) on hand-made run folders, and one real tiny run that the sweep starts on a local Ray, extends by
+resuming, then skips."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 import sweep
 from capgeo_callbacks.run.schedule import evaluation_steps
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
+from launch import run_state
 from tasks.budgets import budget
 
 
@@ -29,21 +31,26 @@ def make_version(run_root: Path, version: int, summary: dict[str, Any] | None = 
 
 def test_run_state_reads_the_run_folder(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    assert sweep.run_state(run, 40) == ("fresh", "new run")
+    assert run_state(run, 40) == ("fresh", "new run")
     make_version(run, 0, {"steps": 20, "acquisition_step": 10, "labels": {"full_step": 15}}, ckpt=True)
-    assert sweep.run_state(run, 40)[0] == "resume"  # budget not reached: continue from last.ckpt
-    assert sweep.run_state(run, 20)[0] == "finished"
-    assert sweep.run_state(run, 40, stop_when_learned=True)[0] == "finished"
+    assert run_state(run, 40)[0] == "resume"  # budget not reached: continue from last.ckpt
+    assert run_state(run, 20)[0] == "finished"
+    assert run_state(run, 40, stop_when_learned=True)[0] == "finished"
     # a newer attempt killed before its first checkpoint: --resume would find nothing, so start afresh
     make_version(run, 1)
-    assert sweep.run_state(run, 40) == ("fresh", "no checkpoint")
+    assert run_state(run, 40) == ("fresh", "no checkpoint")
     # ... but an older finished summary still counts
-    assert sweep.run_state(run, 20) == ("finished", "version_0: 20 steps")
+    assert run_state(run, 20) == ("finished", "version_0: 20 steps")
+    # a capability stopper ended it (the launcher records why): finished, whatever its steps
+    stopped = tmp_path / "stopped"
+    make_version(stopped, 0, {"steps": 12, "stopped": {"by": "CapabilityStopper", "step": 12, "reason": "no onset"}},
+                 ckpt=True)
+    assert run_state(stopped, 40) == ("finished", "version_0: stopped at step 12 (no onset)")
     # killed mid-run: checkpoint, no summary (version_10 sorts after version_1 by number, not by text)
     make_version(run, 10, ckpt=True)
-    assert sweep.run_state(run, 40) == ("resume", "version_10/checkpoints/last.ckpt")
+    assert run_state(run, 40) == ("resume", "version_10/checkpoints/last.ckpt")
     (run / "version_10" / SUMMARY_FILENAME).write_text("{cut short")  # a crash while writing: ignored
-    assert sweep.run_state(run, 40)[0] == "resume"
+    assert run_state(run, 40)[0] == "resume"
 
 
 def test_plan_stops_at_a_fraction_of_the_budget_it_keeps(tmp_path: Path) -> None:
@@ -51,17 +58,17 @@ def test_plan_stops_at_a_fraction_of_the_budget_it_keeps(tmp_path: Path) -> None
     assert [p.name for p in plans] == [f"{t}-{d}-xs-s{s}" for t in ("sort", "mod") for d in ("easy", "hard")
                                        for s in (0, 3)]
     for plan in plans:
-        steps_budget = budget(plan.task, plan.difficulty).max_steps
+        steps_budget = budget(plan.tags["task"], plan.tags["difficulty"]).max_steps
         # the schedule still spans the whole budget; the run only ends early
-        assert plan.max_steps == steps_budget and "--max-steps" not in plan.argv
-        assert plan.stop_at_step == round(0.01 * steps_budget)
-        assert plan.argv[plan.argv.index("--stop-at-step") + 1] == str(plan.stop_at_step)
-        assert "--eval-points" not in plan.argv and plan.state == "fresh"
+        assert plan.tags["max_steps"] == steps_budget and "--max-steps" not in plan.argv
+        assert plan.tags["stop_at_step"] == round(0.01 * steps_budget)
+        assert plan.argv[plan.argv.index("--stop-at-step") + 1] == str(plan.tags["stop_at_step"])
+        assert "--eval-points" not in plan.argv and plan.state()[0] == "fresh"
     own_budget = sweep.plan_runs(["sort"], ["easy"], ["xs"], [0], tmp_path, fraction=0.25,
                                  extra_args=["--max-steps", "1000"])
-    assert (own_budget[0].max_steps, own_budget[0].stop_at_step) == (1000, 250)
+    assert (own_budget[0].tags["max_steps"], own_budget[0].tags["stop_at_step"]) == (1000, 250)
     kept = sweep.plan_runs(["sort"], ["easy"], ["xs"], [0], tmp_path, extra_args=["--eval-points", "8"])
-    assert kept[0].max_steps == kept[0].stop_at_step == budget("sort", "easy").max_steps
+    assert kept[0].tags["max_steps"] == kept[0].tags["stop_at_step"] == budget("sort", "easy").max_steps
     assert kept[0].argv[-2:] == ("--eval-points", "8")
 
 
@@ -118,16 +125,16 @@ def test_real_run_is_started_resumed_and_skipped(tmp_path: Path, capsys: pytest.
 
     # the first half of a 32-step run: its schedule and evaluation cadence are the whole run's
     first = sweep.main(sweep_args(tmp_path / "sweep", "--fraction", "0.5"))
-    assert [(r["action"], r["returncode"]) for r in first] == [("done", 0)]
-    assert (first[0]["summary"]["steps"], first[0]["summary"]["max_steps"]) == (16, 32)
+    assert [o.action for o in first] == ["done"]
+    assert (first[0].summary["steps"], first[0].summary["max_steps"]) == (16, 32)
     assert "done" in capsys.readouterr().out
 
     # the whole budget: the stopped run is extended from its last checkpoint, in the same version folder
     second = sweep.main(sweep_args(tmp_path / "sweep"))
-    assert [(r["action"], r["returncode"]) for r in second] == [("resumed", 0)]
+    assert [o.action for o in second] == ["resumed"]
     assert [p.name for p in run_root.glob("version_*")] == ["version_0"]
     summary = json.loads((run_root / "version_0" / SUMMARY_FILENAME).read_text())
-    assert summary["steps"] == 32
+    assert summary["steps"] == 32 and summary["threads"] == 1
     steps = [point[0] for point in summary["series"]["acc"]]
     # the first part's history survived the resume, no gap: the default (geometric) schedule from step 0
     assert steps == evaluation_steps(32, 8)
@@ -135,15 +142,23 @@ def test_real_run_is_started_resumed_and_skipped(tmp_path: Path, capsys: pytest.
     assert "OMP_NUM_THREADS=1" in log and log.count("--resume") == 1
 
     third = sweep.main(sweep_args(tmp_path / "sweep"))
-    assert [(r["action"], r["returncode"]) for r in third] == [("skipped", 0)]
-    assert "skipped  (finished: version_0: 32 steps)" in capsys.readouterr().out
+    assert [o.action for o in third] == ["skipped"]
+    assert "skipped (finished: version_0: 32 steps)" in capsys.readouterr().out
 
     # stopping at half and resuming is the same training as one unbroken run
     whole = sweep.main(sweep_args(tmp_path / "whole"))
-    assert [(r["action"], r["returncode"]) for r in whole] == [("done", 0)]
-    assert whole[0]["summary"]["series"] == summary["series"]
+    assert [o.action for o in whole] == ["done"]
+    assert whole[0].summary["series"] == summary["series"]
     stopped_weights = torch.load(run_root / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     whole_weights = torch.load(tmp_path / "whole" / "sort-easy-xs-s0" / "version_0" / "checkpoints" / "last.ckpt",
                                weights_only=False)["state_dict"]
     assert stopped_weights.keys() == whole_weights.keys()
     assert all(torch.equal(stopped_weights[k], whole_weights[k]) for k in whole_weights)
+
+
+def test_a_bad_address_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit, match="cannot reach a Ray cluster at --address 127.0.0.1:9"):
+        sweep.main(["--tasks", "sort", "--logdir", str(tmp_path), "--address", "127.0.0.1:9"])
+    with pytest.raises(SystemExit):
+        sweep.main(["--tasks", "sort", "--logdir", str(tmp_path), "--address", "auto", "--engine", "submitit"])
+    assert "--address joins a Ray cluster: it needs --engine ray" in capsys.readouterr().err

@@ -35,6 +35,8 @@ def test_claims_on_constructed_runs() -> None:
         run("mod3", task="mod", acquisition_step=None, verdict="not-acquired", negative_control="not learned",
             layers={"norm_f": {"floor": 2.3}}),
         run("mod4", task="mod", shuffled_answers=True, layers={"norm_f": {"floor": 9.0}}),
+        # runs with every measure (the measures phase) enter the comparison of measures only, made on them alone
+        *[run(f"measured{i}", measure_names=["rankme", "probes", "llc"], layer_order_rho=0.5) for i in range(3)],
     ]
     found = by_claim(claims(records))
     hard = found["RankMe collapse and recovery precede acquisition on hard tasks"]
@@ -47,7 +49,7 @@ def test_claims_on_constructed_runs() -> None:
     top_down = found["The collapse runs top-down"]
     assert top_down.measured.startswith("5/6") and top_down.n == 6  # the control is left out
     only = found["Only RankMe is a reliable precursor among the measures"]
-    assert only.verdict == "reproduced" and "llc 0/5" in only.measured
+    assert only.verdict == "reproduced" and only.n == 3 and "llc 0/3" in only.measured
     assert found["Log-prob emergence comes before accuracy acquisition"].measured.endswith("median accuracy there 0.01")
 
 

@@ -240,8 +240,8 @@ def test_sweep_then_report_end_to_end(tmp_path: Path) -> None:
     results = sweep.main(["--tasks", "sort", "--difficulties", "easy", "--sizes", "xs", "--seeds", "0", "1",
                           "--logdir", str(logdir), "--jobs", "2", "--threads", "1",
                           "--extra-args", "--max-steps", "16", "--eval-points", "4", "--measures", "rankme"])
-    assert sorted((r["name"], r["action"], r["returncode"]) for r in results) == [
-        ("sort-easy-xs-s0", "done", 0), ("sort-easy-xs-s1", "done", 0)]
+    assert sorted((outcome.trial.name, outcome.action) for outcome in results) == [
+        ("sort-easy-xs-s0", "done"), ("sort-easy-xs-s1", "done")]
     written = report.build_report(logdir)
     with written["csv"].open() as handle:
         table = {row["run"]: row for row in csv.DictReader(handle)}
