@@ -116,8 +116,9 @@ class RunTracker:
             return TrackerUpdate()
         first = not self.acc
         self.acc.append([step, value])
-        named = {self.renamed.get(tag, tag): value for tag, value in (scalars or {}).items() if tag not in self.renamed}
-        named.update({self.renamed[tag]: value for tag, value in (scalars or {}).items() if tag in self.renamed})
+        given = scalars or {}
+        named = {tag: value for tag, value in given.items() if tag not in self.renamed}
+        named.update({self.renamed[tag]: value for tag, value in given.items() if tag in self.renamed})  # theirs win
         for tag, scalar in named.items():
             scalar = as_float(tag, scalar)
             if math.isfinite(scalar):
