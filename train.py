@@ -9,7 +9,6 @@ the precursor verdict at the end.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -48,12 +47,13 @@ from capgeo_callbacks.registry import (
     measures_help,
     resolve_measures,
 )
-from capgeo_callbacks.rules import Rule, StudyRule, rule_from_record
+from capgeo_callbacks.rules import Rule, StudyRule
 from capgeo_callbacks.run.reading import newest_version, version_number
 from capgeo_callbacks.run.schedule import SCHEDULES, linear_interval
 from capgeo_callbacks.run.summary import json_safe
 from models import SIZES, CapabilityModule
 from models.lightning_module import LR_SCHEDULES
+from study.heldout import REGISTRATION, registered_rules  # the study's frozen warning and forecaster
 from tasks.budgets import Budget, budget
 from tasks.chance import chance_level
 from tasks.space import MIN_EVAL_QUESTIONS
@@ -74,7 +74,6 @@ PROBE_ROWS = 2048  # probe rows per layer, at most: answer positions (labels are
 MIN_VAL_EXAMPLES = MIN_EVAL_QUESTIONS  # validation and test sets: the 512 distinct questions every split holds
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
 SETTINGS = DetectionSettings(validation_size=MIN_VAL_EXAMPLES)  # the study's rule; labels on 512 questions
-REGISTRATION = Path(__file__).resolve().parent / "study" / "registration.json"  # the frozen default rules
 EVALS_AFTER_LEARNED = 8  # python -m study.calibration_cpu window: late fall-backs counted on whole runs
 
 
@@ -214,29 +213,6 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
     callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info, settings=settings,
                                        rules=[StudyRule(settings), *rules]))
     return callbacks
-
-
-def registered_rules(path: str) -> tuple[list[Rule], dict[str, Any] | None]:
-    """The warning and forecaster a registration file freezes, and what the summary records of it (its sha256);
-    none for ``none`` or a default file that does not exist yet."""
-    if path == "none" or (path == str(REGISTRATION) and not REGISTRATION.exists()):
-        return [], None
-    data = Path(path).read_bytes()
-    registration = json.loads(data)
-    rules: list[Rule] = []
-    for role in ("warning", "forecaster"):
-        rule = rule_from_record(registration[role])
-        if all(rule.name != other.name for other in rules):
-            rules.append(rule)
-    return rules, {"path": recorded_path(path), "sha256": hashlib.sha256(data).hexdigest(),
-                   "warning": registration["warning"]["name"], "forecaster": registration["forecaster"]["name"]}
-
-
-def recorded_path(path: str) -> str:
-    """A file as a summary records it: relative to the checkout, or by its name when it lies outside (a summary
-    names no folder of the machine it ran on)."""
-    resolved, root = Path(path).resolve(), Path(__file__).resolve().parent
-    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else resolved.name
 
 
 def provenance() -> dict[str, Any]:

@@ -22,14 +22,17 @@ __all__ = [
     "TOKEN_ACC",
     "TRAIN_LOSS",
     "VAL_ACC",
+    "VAL_LOSS",
     "by_layer",
     "how_to_record",
+    "key_words",
 ]
 
 ACC = "acc"  # the monitored accuracy, whatever name it was logged under
 VAL_ACC = "val/acc"  # exact match of the whole answer: the accuracy capgeo monitors by default
 LOGPROB = "val/logprob"  # mean log-probability of the correct answer tokens
 TOKEN_ACC = "val/token_acc"  # accuracy per answer token
+VAL_LOSS = "val/loss"  # the validation loss (cross-entropy per target token: minus the log-prob where both are kept)
 TRAIN_LOSS = "train/loss"  # mean training loss since the previous evaluation
 LR = "lr"  # the first optimizer's learning rate
 RANKME = "rankme/"  # RankMe of each watched layer: rankme/<layer>
@@ -39,6 +42,11 @@ FORECAST = "forecast/"  # each forecaster's predicted acquisition step: forecast
 HOW_TO_RECORD = {
     RANKME: "attach RankMeMonitor(layers=...) to the Trainer",
     PROBE_ACC: "attach LinearProbeMonitor(layers=...) to the Trainer",
+    VAL_LOSS: "log it in validation_step, self.log('val/loss', loss), or name yours: "
+              "PrecursorDetector(loss_monitor='...')",
+    LOGPROB: "log the answer's mean log-prob as 'val/logprob', or name yours: PrecursorDetector(logprob_monitor='...')",
+    TOKEN_ACC: "log the accuracy per answer token as 'val/token_acc', or name yours: "
+               "PrecursorDetector(token_acc_monitor='...')",
     "chance": "pass the chance level in run_info={'chance': Chance(...).to_dict()}",
     "warmup_steps": "pass run_info={'warmup_steps': N}",
     "max_steps": "pass run_info={'max_steps': N}",
@@ -48,7 +56,9 @@ Value = TypeVar("Value")
 
 
 def how_to_record(key: str) -> str:
-    """How a missing series or run fact gets recorded, in words (the one-time message of a rule left out)."""
+    """How a missing series or run fact gets recorded, in words (the one-time message of a rule left out); for
+    alternatives (``a|b``), how to record the first."""
+    key = key.split("|")[0]
     if key in HOW_TO_RECORD:
         return HOW_TO_RECORD[key]
     if key.endswith("/*") and key[:-1] in HOW_TO_RECORD:
@@ -56,6 +66,11 @@ def how_to_record(key: str) -> str:
     if "/" in key:
         return f"log it at every evaluation, e.g. self.log({key!r}, value) in validation_step"
     return f"pass it in run_info={{{key!r}: ...}}"
+
+
+def key_words(key: str) -> str:
+    """A needed key in words: ``'val/logprob' or 'val/loss'`` for the alternatives ``val/logprob|val/loss``."""
+    return " or ".join(repr(part) for part in key.split("|"))
 
 
 def by_layer(series: Mapping[str, Value], prefix: str = RANKME) -> dict[str, Value]:

@@ -3,12 +3,13 @@ shuffled-answer controls, run only under a committed registration (``study/regis
 
     python -m study.heldout run --workers 2      # refuses without a committed registration
     python -m study.heldout export               # -> corpus/heldout/<run>.json.gz
-    python -m capgeo_callbacks.scoring corpus/heldout --registration study/registration.json \\
-        --rules <registered warning> ... --forecasters <registered forecaster> ...
+    python -m study.heldout report               # -> docs/heldout.md
 
-Each run records the registration's sha256 and the code commit (train.py ``--registration``); the scorer
-reports a held-out run only when both match a registration committed before it. ``run`` refuses a tree with
-uncommitted changes, so the commit a run records is the code it ran.
+The held-out policy is the study's, applied here before any run reaches the scorer (which scores every run it is
+given): each run records the registration's sha256 and the code commit (train.py ``--registration``, whose default
+is :data:`REGISTRATION`, read through :func:`registered_rules`); a held-out run (seed >= ``HELD_OUT_SEEDS``) is
+reported only when both match a registration committed before it (:func:`held_out_check`). ``run`` refuses a tree
+with uncommitted changes, so the commit a run records is the code it ran.
 """
 
 from __future__ import annotations
@@ -24,12 +25,71 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from capgeo_callbacks.rules import Rule, rule_from_record
+from capgeo_callbacks.scoring import ScoredRun
 from launch import ROOT, add_launch_arguments, launch_with, require_clean_tree, summary_of
 from launch import Trial as Job
-from study.corpus import CORPUS, write_packed
+from study.corpus import CORPUS, HELD_OUT_SEEDS, write_packed
 from study.forecast import REGISTRATION
 
 RUNS = ROOT / "runs" / "heldout"
+
+
+def registered_rules(path: str | Path = REGISTRATION) -> tuple[list[Rule], dict[str, Any] | None]:
+    """The warning and forecaster a registration file freezes (what train.py runs beside the study's rule), and
+    what a summary records of it: its path (relative to the checkout, else its name: a summary names no folder of
+    the machine it ran on), sha256 and the rules' names. None for ``none`` or a default file not made yet."""
+    if str(path) == "none" or (Path(path) == REGISTRATION and not REGISTRATION.exists()):
+        return [], None
+    data = Path(path).read_bytes()
+    registration = json.loads(data)
+    rules: list[Rule] = []
+    for role in ("warning", "forecaster"):
+        rule = rule_from_record(registration[role])
+        if all(rule.name != other.name for other in rules):
+            rules.append(rule)
+    resolved = Path(path).resolve()
+    shown = str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else resolved.name
+    return rules, {"path": shown, "sha256": sha256(Path(path)), "warning": registration["warning"]["name"],
+                   "forecaster": registration["forecaster"]["name"]}
+
+
+def registered_before(registration: Path, commit: str | None) -> bool:
+    """Whether ``registration`` was committed in (an ancestor of) ``commit``, the code a run was made with."""
+    if not commit:
+        return False
+    root = registration.resolve().parent
+    try:
+        first = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", registration.name], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=30).stdout.split()
+        if not first:
+            return False
+        return subprocess.run(["git", "merge-base", "--is-ancestor", first[-1], commit], cwd=root,
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def held_out_check(runs: Sequence[ScoredRun], registration: Path | None) -> tuple[list[ScoredRun], list[str]]:
+    """The runs the study may report: every calibration-seed run, and held-out runs (seed >= ``HELD_OUT_SEEDS``)
+    only when they carry ``registration``'s sha256 and were made with code that already held it. Returns (kept,
+    why-dropped)."""
+    digest = sha256(registration) if registration is not None else None
+    kept, dropped = [], []
+    for run in runs:
+        if run.seed is None or run.seed < HELD_OUT_SEEDS:
+            kept.append(run)
+            continue
+        recorded = (run.summary.get("registration") or {}).get("sha256")
+        if digest is None:
+            dropped.append(f"{run.name}: held-out seed, and no registration given")
+        elif recorded != digest:
+            dropped.append(f"{run.name}: made under registration {recorded}, not {digest}")
+        elif not registered_before(registration, run.summary.get("commit")):  # type: ignore[arg-type]
+            dropped.append(f"{run.name}: its commit {run.summary.get('commit')} does not contain the registration")
+        else:
+            kept.append(run)
+    return kept, dropped
 
 
 def committed(path: Path) -> bool:
@@ -91,12 +151,12 @@ def scored(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout")
     sentence that reads them: ``warnings`` and ``forecasts`` by rule name (registered first), each warning's first
     alert on each run (``alerts``), and the comparators fitted on calibration runs fitted again on the CPU
     calibration runs (``cpu_forecasts``; empty before there are any)."""
-    from capgeo_callbacks.scoring import first_alert, forecast_scores, held_out_check, load_runs, warning_scores
+    from capgeo_callbacks.scoring import first_alert, forecast_scores, load_runs, warning_scores
     from study.calibration_cpu import cpu_runs, missing, refitted
 
     frozen = json.loads(registration.read_text())
     runs, dropped = held_out_check(load_runs(folder), registration)
-    runs = [run for run in runs if run.seed is not None and run.seed >= 100]
+    runs = [run for run in runs if run.seed is not None and run.seed >= HELD_OUT_SEEDS]
     compared = frozen["compared_with"]
     warnings_ = [build(frozen["warning"], frozen["warning"]["name"])]
     warnings_ += [build(entry, name) for name, entry in compared["warnings"].items()]

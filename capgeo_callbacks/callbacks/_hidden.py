@@ -93,6 +93,7 @@ class HiddenStateMonitor(MeasureCallback):
             return
         measuring = self.capture.is_attached
         self.capture.detach()
+        unlabelled = self.capture.unlabelled  # said once already: no second word about the empty layers
         captured = self.capture.take()
         self.evaluations += 1
         if not measuring:
@@ -106,6 +107,8 @@ class HiddenStateMonitor(MeasureCallback):
                 labels = gather_rows(labels[:, None].to(pl_module.device))[: self.num_rows, 0]
             tag = f"{self.prefix}/{self.layer_tags[name]}"
             count = rows.shape[0]
+            if count < self.min_rows and unlabelled:
+                continue
             if not usable_rows(name, count, self.min_rows, self.num_rows, self.warn_once):
                 continue
             value = self.measure_rows(name, rows, labels, step)

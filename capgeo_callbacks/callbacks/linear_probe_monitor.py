@@ -1,8 +1,8 @@
 r"""Linear probe monitor
 ====================
 
-Held-out accuracy of a linear probe from each watched layer's hidden states to the correct answer token,
-measured on the validation pass.
+Held-out accuracy of a linear probe from each watched layer's hidden states to the batch's targets (the next
+token, the answer, the class), measured on the validation pass.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from torch import Tensor
 
 from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
-from capgeo_callbacks.capture.batches import answer_labels
+from capgeo_callbacks.capture.batches import answer_labels, target_labels
 from capgeo_callbacks.capture.hooks import LabelsFn
 from capgeo_callbacks.capture.layers import DEFAULT_LAYERS
 from capgeo_callbacks.capture.measuring import probe_of_rows
@@ -25,34 +25,43 @@ class LinearProbeMonitor(HiddenStateMonitor):
 
     Rows are captured as by :class:`~capgeo_callbacks.RankMeMonitor` (forward hooks on the validation pass,
     no extra forward; the first ``num_rows`` selected rows of the unshuffled validation set; under DDP rows
-    and labels of all ranks are gathered first). The label of a row is the correct answer token at that
-    position, ``batch[target_key][batch[mask_key]]``, or ``labels_fn(batch)`` for other models. The probe
-    is closed-form ridge regression to one-hot labels on standardised features
-    (:func:`~capgeo_callbacks.measures.probes.linear_probe_accuracy`), fit on the first half of the rows
-    and scored on the second half: deterministic, no optimiser, no RNG.
+    and labels of all ranks are gathered first). Labels and rows are found in the batch without configuration
+    (:func:`~capgeo_callbacks.capture.batches.find_targets`, docs/design.md, "Probe labels"): targets of the inputs'
+    shape (``(inputs, targets)``, a dict's ``targets`` or Hugging Face's unshifted ``labels``, read as the label of
+    the position before) give one row per position that has a target (-100: none; the last position where every
+    one has a target), targets of shape (B,) one pooled row per example; capgeo's ``targets`` + ``answer_mask``
+    give the answer positions. ``labels_fn`` with a ``selector`` covers any other batch. The probe is closed-form
+    ridge regression to one-hot labels on standardised features
+    (:func:`~capgeo_callbacks.measures.probes.linear_probe_accuracy`), fit on the first half of the rows and
+    scored on the rest, the halves sharing no input (:func:`~capgeo_callbacks.measures.probes.distinct_split`):
+    deterministic, no optimiser, no RNG. A batch without readable targets is said once, naming what was looked
+    for, and the probe is left out.
 
     Args:
         layers: module names or globs over ``pl_module.named_modules()`` (as for ``RankMeMonitor``).
         num_rows: rows per layer (half fit, half scored).
         every_n_evals: measure at every n-th validation.
-        mask_key: batch key of the answer mask.
-        target_key: batch key of the targets whose masked entries are the labels.
+        mask_key: batch key of capgeo's answer mask.
+        target_key: batch key of the targets the ``answer`` selector's labels come from.
         ridge: the probe's L2 penalty on standardised features.
-        selector: token rows (as for ``RankMeMonitor``); every selector but ``"answer"`` needs ``labels_fn``.
+        selector: token rows: ``"target"`` (default: the rows the batch's targets name), or any selector of
+            ``RankMeMonitor`` with ``labels_fn``.
         labels_fn: ``labels_fn(batch) -> Tensor`` of integer labels, one per selected row (e.g.
-            ``lambda batch: batch[1]`` for ``(x, y)`` batches with ``selector="mean"``).
+            ``lambda batch: batch[1][:, -1]`` with ``selector="last"``); needed by every selector but ``"target"``
+            and ``"answer"``.
         prefix: tag prefix.
 
     Raises:
-        ValueError: on a bad argument (a selector other than ``"answer"`` without ``labels_fn``), or in
-            ``setup`` if a layer pattern matches no module (the message lists the closest names).
+        ValueError: on a bad argument (a selector other than ``"target"`` or ``"answer"`` without ``labels_fn``),
+            or in ``setup`` if a layer pattern matches no module (the message lists the closest names).
 
     Logged keys:
         ``probe_acc/<layer>`` for each watched layer, named as by ``RankMeMonitor``.
 
     Example::
 
-        probes = LinearProbeMonitor(layers="encoder.layers.*", selector="mean", labels_fn=lambda b: b[1])
+        probes = LinearProbeMonitor(layers="model.norm")  # (inputs, targets) batches: nothing else to say
+        probes = LinearProbeMonitor(layers="encoder.layers.*", selector="mean", labels_fn=lambda b: b["y"])
         trainer = Trainer(callbacks=[probes])
     """
 
@@ -66,26 +75,32 @@ class LinearProbeMonitor(HiddenStateMonitor):
         mask_key: str = "answer_mask",
         target_key: str = "targets",
         ridge: float = 1e-3,
-        selector: Selector = "answer",
+        selector: Selector = "target",
         labels_fn: LabelsFn | None = None,
         prefix: str = "probe_acc",
     ) -> None:
         if labels_fn is not None and not callable(labels_fn):
             raise ValueError(f"labels_fn must be callable batch -> labels, got {type(labels_fn).__name__}")
-        if labels_fn is None and selector != "answer":
+        if labels_fn is None and selector not in ("target", "answer"):
             raise ValueError(f"selector {selector!r} needs labels_fn=lambda batch: ... (one label per selected row); "
-                             f"only selector 'answer' takes its labels from batch[{target_key!r}]")
+                             "only selectors 'target' and 'answer' find their labels in the batch")
         if isinstance(ridge, bool) or not isinstance(ridge, (int, float)) or not ridge >= 0:
             raise ValueError(f"ridge must be a non-negative number, got {ridge!r}")
         self.target_key = target_key
         self.ridge = float(ridge)
         self.labels_fn = labels_fn
+        found = self.answer_labels if selector == "answer" else self.target_labels
         super().__init__(layers, selector, num_rows, every_n_evals, mask_key, prefix,
-                         labels_fn=labels_fn if labels_fn is not None else self.answer_labels)
+                         labels_fn=labels_fn if labels_fn is not None else found)
 
     def answer_labels(self, batch: Any) -> Tensor:
         """The correct answer token at each answer position: ``batch[target_key][batch[mask_key]]``."""
         return answer_labels(batch, self.target_key, self.mask_key)
+
+    def target_labels(self, batch: Any) -> Tensor:
+        """The label of each row the ``target`` selector takes
+        (:func:`~capgeo_callbacks.capture.batches.target_labels`)."""
+        return target_labels(batch, self.mask_key)
 
     @property
     def config(self) -> dict[str, Any]:

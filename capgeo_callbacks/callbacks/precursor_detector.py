@@ -17,7 +17,7 @@ from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import MeasureCallback, measurements_of
 from capgeo_callbacks.detection import Alert, DetectionSettings
-from capgeo_callbacks.keys import LOGPROB, LR, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_ACC
+from capgeo_callbacks.keys import LOGPROB, LR, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.loggers import TrainerPublisher
 from capgeo_callbacks.rules import Rule
 from capgeo_callbacks.run.failures import WarnOnce, never_fails
@@ -50,8 +50,12 @@ class PrecursorDetector(Callback):
         record: prefixes of the logged scalars recorded at every evaluation (beside the accuracy), so any rule
             can be re-scored from the summary alone.
         token_acc_monitor: per-token accuracy key, for the chance label (``None`` to skip).
-        rules: the rules run live (:mod:`capgeo_callbacks.rules`); a rule whose inputs the run lacks says so once,
-            at the first evaluation, and is left out.
+        rules: the rules run live (:mod:`capgeo_callbacks.rules`; :func:`~capgeo_callbacks.rules.default_rules` is
+            capgeo's recommendation); a rule whose inputs the run lacks says so once, at the first evaluation, and
+            is left out.
+        loss_monitor: validation loss key (``None`` to skip). ``logprob_monitor``, ``token_acc_monitor`` and
+            ``loss_monitor`` are recorded whatever their prefix, under capgeo's names ``val/logprob``,
+            ``val/token_acc`` and ``val/loss``, which the rules read.
 
     Raises:
         ValueError: on a bad argument.
@@ -72,14 +76,15 @@ class PrecursorDetector(Callback):
                  settings: DetectionSettings | None = None, on_alert: Callable[[Alert], Any] | None = None,
                  run_info: Mapping[str, Any] | None = None, figure_every_n_evals: int = 32,
                  figure_budget: float = 0.01, record: Sequence[str] = ("val/",),
-                 token_acc_monitor: str | None = TOKEN_ACC, rules: Sequence[Rule] | None = None) -> None:
+                 token_acc_monitor: str | None = TOKEN_ACC, rules: Sequence[Rule] | None = None,
+                 loss_monitor: str | None = VAL_LOSS) -> None:
         if isinstance(record, str) or not all(isinstance(prefix, str) and prefix for prefix in record):
             raise ValueError(f"record must be a sequence of non-empty tag prefixes (e.g. ('val/',)), got {record!r}")
         self.record = tuple(record)
         self.session = RunSession(rules, settings, run_info, monitor=monitor, logprob_key=logprob_monitor,
                                   token_acc_key=token_acc_monitor, rankme_prefix=rankme_prefix, on_alert=on_alert,
                                   figure_every_n_evals=figure_every_n_evals, figure_budget=figure_budget,
-                                  warn=WarnOnce("PrecursorDetector"))
+                                  warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor)
         self._loss_sum, self._loss_count = 0.0, 0  # training losses since the previous evaluation
         self._loss_pending: list[torch.Tensor] = []  # this interval's losses, still tensors (no device sync per step)
 
@@ -131,8 +136,9 @@ class PrecursorDetector(Callback):
     def _scalars_now(self, trainer: pl.Trainer) -> dict[str, float]:
         """Every scalar under ``record`` (not the monitor), the mean training loss since the last evaluation and
         the first optimizer's learning rate."""
+        named = set(self.session.tracker.renamed)
         scalars = {tag: float(value) for tag, value in trainer.callback_metrics.items()
-                   if tag != self.monitor and tag.startswith(self.record)}
+                   if tag != self.monitor and (tag.startswith(self.record) or tag in named)}
         self._flush_losses()
         if self._loss_count:
             scalars[TRAIN_LOSS] = self._loss_sum / self._loss_count

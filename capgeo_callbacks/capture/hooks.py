@@ -58,6 +58,7 @@ class HiddenStateCapture:
         self._counts: dict[str, int] = {}
         self._batch: Any = None
         self._batch_labels: Tensor | None = None
+        self.unlabelled = 0  # batches skipped since the last take() because labels_fn found no labels in them
 
     @property
     def is_attached(self) -> bool:
@@ -107,8 +108,10 @@ class HiddenStateCapture:
                                  f"{type(labels).__name__} of shape {tuple(getattr(labels, 'shape', ()))}")
             self._batch_labels = labels.detach()
         except (ValueError, KeyError, TypeError) as err:
-            self.warn("labels", f"{err}; batch skipped")
+            self.warn("labels", f"{err}; pass labels_fn=lambda batch: ... (one integer label per selected row) and "
+                      "selector=... (docs/reference.md, 'Probes on your batches'); the probe is left out")
             self._batch = None
+            self.unlabelled += 1
 
     def take(self) -> dict[str, tuple[Tensor, Tensor | None]]:
         """Per layer, the captured rows (N, D) and labels (N,) or None; clears them."""
@@ -120,6 +123,7 @@ class HiddenStateCapture:
                                                                    torch.zeros(0, dtype=torch.long))
             out[name] = (rows, labels)
         self._rows, self._labels, self._counts = {}, {}, {}
+        self.unlabelled = 0
         return out
 
     def _hook(self, name: str) -> Callable[[nn.Module, Any, Any], None]:
@@ -143,7 +147,7 @@ class HiddenStateCapture:
         try:
             rows = select_rows(hidden.detach(), self._batch, self.selector, self.mask_key)
         except SelectorError as err:
-            self.warn(f"select:{name}", f"{err}; layer {name!r} is skipped")
+            self.warn("select", f"{err}; layer {name!r} is left out")
             return
         labels = self._batch_labels
         if self.labels_fn is not None and (labels is None or labels.shape[0] != rows.shape[0]):

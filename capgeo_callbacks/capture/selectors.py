@@ -11,9 +11,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from capgeo_callbacks.capture.batches import TargetsNotFound, find_targets
+
 # the callable first: a YAML config (LightningCLI) gives a dotted path, which must resolve to the function
 Selector = Callable[[Tensor, Any], Tensor] | str
-SELECTORS = ("answer", "first_answer", "question_mean", "last", "mean", "all")
+SELECTORS = ("target", "answer", "first_answer", "question_mean", "last", "mean", "all")
 # selectors that read the answer mask of capgeo's tasks (batch[mask_key], True at answer positions)
 ANSWER_SELECTORS = ("answer", "first_answer", "question_mean")
 
@@ -44,7 +46,10 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
     ``batch["attention_mask"]`` when the batch has one, so left and right padding give the same rows,
     else position -1); ``mean``, the mean over real positions; ``all``, every position. (B, D) hidden
     states are used as they are; (B, C, H, W) feature maps are pooled over space by ``mean`` and
-    flattened to one row per location by ``all``. A callable gets ``(hidden, batch)`` and returns rows.
+    flattened to one row per location by ``all``. ``target`` reads the batch's targets
+    (:func:`~capgeo_callbacks.capture.batches.find_targets`): targets per position give the positions that have one
+    (the last of them where every position has one), targets per example one pooled row per example (``mean``).
+    A callable gets ``(hidden, batch)`` and returns rows.
 
     Raises:
         SelectorError: when the batch lacks what the selector needs or the shapes disagree.
@@ -54,6 +59,8 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
         if not isinstance(rows, Tensor) or rows.dim() != 2:
             raise SelectorError("a callable selector must return a 2-D (rows, features) tensor")
         return rows
+    if selector == "target":
+        return _target_rows(hidden, batch, mask_key)
     if hidden.dim() == 2:
         return hidden
     if hidden.dim() == 4:
@@ -94,6 +101,23 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
         summed = torch.where(attention[..., None], hidden, 0.0).sum(dim=1)  # a NaN at a pad position stays out
         return summed[real] / weights.sum(dim=1, keepdim=True)[real]
     return hidden.flatten(0, 1) if attention is None else hidden[attention]
+
+
+def _target_rows(hidden: Tensor, batch: Any, mask_key: str) -> Tensor:
+    try:
+        targets = find_targets(batch, mask_key)
+    except TargetsNotFound as err:
+        raise SelectorError(str(err)) from None
+    if not targets.per_position:
+        if hidden.shape[0] != targets.values.shape[0]:
+            raise SelectorError(f"{targets.source} has {targets.values.shape[0]} labels for a batch of "
+                                f"{hidden.shape[0]} hidden states of shape {tuple(hidden.shape)}")
+        return select_rows(hidden, batch, "mean", mask_key)  # one pooled row per example
+    if hidden.dim() != 3 or hidden.shape[:2] != targets.values.shape:
+        raise SelectorError(f"{targets.source} has shape {tuple(targets.values.shape)} (one target per position), "
+                            f"but the hidden states have shape {tuple(hidden.shape)}, not (batch, seq, features) "
+                            "with the same positions; pass selector= and labels_fn=")
+    return hidden[targets.positions(_attention_mask(batch, hidden)).to(hidden.device)]
 
 
 def _mask(batch: Any, mask_key: str, hidden: Tensor, selector: str) -> Tensor:

@@ -14,21 +14,22 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from capgeo_callbacks.capture.batches import to_device
+from capgeo_callbacks.capture.batches import TARGETS_LOOKED_FOR, to_device
 from capgeo_callbacks.capture.measuring import measuring
 from capgeo_callbacks.capture.selectors import Selector, selector_name
 from capgeo_callbacks.detection import Alert, DetectionSettings, append_point
 from capgeo_callbacks.integrations.hf_models import (
     MASK_KEY,
-    TARGET_KEY,
     check_model,
     check_probe_rows,
+    has_targets,
     layer_globs,
     measure_hf,
     probe_batches,
     probe_selector,
+    selected_rows,
 )
-from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC
+from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.rules import Rule
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
@@ -55,20 +56,23 @@ class CapgeoTrainerCallback(TrainerCallback):
     At the steps of :func:`~capgeo_callbacks.run.schedule.evaluation_steps` (``points`` over the budget; step 0 in
     ``on_train_begin``, the others in ``on_step_end``, whatever the Trainer's ``eval_strategy``), one forward pass
     over the probe rows (:func:`~capgeo_callbacks.integrations.hf_models.measure_hf`) gives RankMe of every hidden
-    state (``embed``, ``layers.i``, ``layers.{L-1}+final_norm``) and, with ``targets`` and ``answer_mask`` in the
-    rows, ``val/acc`` (exact match), ``val/token_acc``, ``val/logprob`` and, with the ``answer`` selector, a linear
-    probe per layer (``acc_fn`` gives the accuracy otherwise; without either it is NaN, never acquired). It runs in
+    state (``embed``, ``layers.i``, ``layers.{L-1}+final_norm``) and, with targets in the rows (Hugging Face's
+    ``labels``, unshifted as the model takes them, or capgeo's ``targets`` + ``answer_mask``), ``val/acc`` (exact
+    match of the target tokens), ``val/token_acc``, ``val/logprob``, ``val/loss`` (the model's loss on the rows) and
+    a linear probe per layer on the positions that predict a target (``acc_fn`` gives the accuracy instead; without
+    targets or ``acc_fn`` it is NaN, never acquired). It runs in
     eval mode without gradients and with the RNG forked: training ends at bit-identical weights. Each measurement is
     appended to ``state.log_history`` and added to the next ``on_log``'s ``logs``; a resumed run rebuilds its
     series from the log history. Only the world process zero announces and writes.
 
     Args:
-        probe_rows: a dict of N-row tensors: ``input_ids`` (N, T), optionally ``attention_mask``, and ``targets``
-            (the next token at each position) with ``answer_mask`` (true where the target is an answer token).
+        probe_rows: a dict of N-row tensors: ``input_ids`` (N, T), optionally ``attention_mask``, and ``labels``
+            (as the model takes them: unshifted, -100 where nothing is predicted) or ``targets`` (the next token at
+            each position) with ``answer_mask`` (true where the target is an answer token).
         layers: globs over the hidden-state labels; None for all.
-        selector: token rows (docs/design.md, "RankMe rows"); default ``answer`` with an ``answer_mask``, else
-            ``last``.
-        num_rows: selected rows per layer.
+        selector: token rows (docs/design.md, "RankMe rows"); default ``target`` (the positions that predict a
+            target) when the rows hold targets, else ``last``.
+        num_rows: selected rows per layer (default: every row the selector takes from the probe rows).
         settings: detection settings.
         eval_steps: the steps to measure at; default ``evaluation_steps(max_steps, points, schedule)``.
         points: evaluations over the budget.
@@ -76,7 +80,8 @@ class CapgeoTrainerCallback(TrainerCallback):
         max_steps: the budget the schedule spans (default: the Trainer's ``state.max_steps``).
         acc_fn: ``acc_fn(model, rows) -> float``, the accuracy instead of the exact match.
         output_dir: where the summary goes (default: the Trainer's ``args.output_dir``).
-        probes: also the linear probe accuracy per layer (``answer`` selector with targets only).
+        probes: also the linear probe accuracy per layer (rows with targets, ``target`` or ``answer`` selector; said
+            once when the rows hold none).
         batch_size: probe rows per forward pass.
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
         run_info: run facts for the summary and the rules (task, seed, chance, ...).
@@ -88,18 +93,21 @@ class CapgeoTrainerCallback(TrainerCallback):
 
     Example::
 
-        callback = CapgeoTrainerCallback(rows, selector="last", acc_fn=my_accuracy)
+        callback = CapgeoTrainerCallback({"input_ids": ids, "labels": labels})  # a fixed set of validation rows
         Trainer(model=model, args=args, train_dataset=train, callbacks=[callback]).train()
     """
 
     def __init__(self, probe_rows: Mapping[str, Tensor], layers: str | Sequence[str] | None = None,
-                 selector: Selector | None = None, num_rows: int = 2048, settings: DetectionSettings | None = None,
+                 selector: Selector | None = None, num_rows: int | None = None,
+                 settings: DetectionSettings | None = None,
                  eval_steps: Sequence[int] | None = None, points: int = 256, schedule: str = "geometric",
                  max_steps: int | None = None, acc_fn: AccFn | None = None, output_dir: str | Path | None = None,
                  probes: bool = True, batch_size: int = 64, on_alert: Callable[[Alert], Any] | None = None,
                  run_info: Mapping[str, Any] | None = None, rules: Sequence[Rule] | None = None) -> None:
         rows = check_probe_rows(probe_rows)
         selector, patterns = probe_selector(rows, selector), layer_globs(layers)
+        if num_rows is None:
+            num_rows = max(2, selected_rows(rows, selector))
         for name, value, minimum in (("num_rows", num_rows, 2), ("points", points, 1), ("batch_size", batch_size, 1),
                                      *([("max_steps", max_steps, 1)] if max_steps is not None else [])):
             check_positive_int(name, value, minimum)
@@ -112,7 +120,8 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.probe_rows, self.layers, self.selector, self.num_rows = rows, patterns, selector, num_rows
         self.points, self.schedule, self.max_steps = points, schedule, max_steps
         self.acc_fn, self.output_dir = acc_fn, output_dir
-        self.probes = bool(probes) and {TARGET_KEY, MASK_KEY} <= set(rows) and selector == "answer"
+        self.probes = bool(probes) and has_targets(rows) and selector in ("target", "answer")
+        self._probes_wanted = bool(probes)
         self.batches = probe_batches(rows, batch_size)
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
                                   token_acc_key=TOKEN_ACC, on_alert=on_alert,
@@ -130,7 +139,8 @@ class CapgeoTrainerCallback(TrainerCallback):
     summary = property(lambda self: self.session.summary)
 
     def measurements(self) -> Measurements:
-        selectors = {RANKME[:-1]: selector_name(self.selector), **({PROBE_ACC[:-1]: "answer"} if self.probes else {})}
+        selectors = {RANKME[:-1]: selector_name(self.selector),
+                     **({PROBE_ACC[:-1]: selector_name(self.selector)} if self.probes else {})}
         return Measurements(self.series, self.rows, selectors, self._parameters or None)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -138,6 +148,11 @@ class CapgeoTrainerCallback(TrainerCallback):
         check_model(model, self.layers, self.probe_rows["input_ids"])  # raises before any update
         self._parameters = sum(p.numel() for p in model.parameters())
         self.session.is_zero = bool(state.is_world_process_zero)
+        if self._probes_wanted and not self.probes:
+            self.session.warn("probes-hf", "no probes: " + (
+                f"the probe rows hold no targets (looked for {TARGETS_LOOKED_FOR}); pass probe_rows with 'labels'"
+                if not has_targets(self.probe_rows) else
+                f"selector {selector_name(self.selector)!r} takes rows without labels; use 'target' or 'answer'"))
         if not self._scheduled:
             self._budget = self.max_steps if self.max_steps is not None else int(state.max_steps or 0)
             if self._budget < 1:
@@ -183,8 +198,8 @@ class CapgeoTrainerCallback(TrainerCallback):
             if self.acc_fn is not None:
                 measured.scalars[ACC_KEY] = float(self.acc_fn(model, to_device(self.probe_rows, device)))
         if ACC_KEY not in measured.scalars:
-            self.session.warn("no-acc", "the probe rows have no targets + answer_mask and no acc_fn was given: "
-                              "accuracy is NaN, so acquisition is never detected")
+            self.session.warn("no-acc", "the probe rows hold no targets ('labels', or 'targets' + 'answer_mask') and "
+                              "no acc_fn was given: accuracy is NaN, so acquisition is never detected")
         layers = ((RANKME, measured.rankme), (PROBE_ACC, measured.probe_acc))
         logged = {f"{prefix}{label}": value for prefix, values in layers for label, value in values.items()
                   if value == value}  # NaN: not measured
@@ -205,7 +220,7 @@ class CapgeoTrainerCallback(TrainerCallback):
             step = int(entry["step"])
             for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
                 append_point(self.series.setdefault(tag, []), step, float(entry[tag]))
-            scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC) if key in entry}
+            scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
             self.session.tracker.update(step, float(entry[ACC_KEY]), scalars, self.series)
 
 

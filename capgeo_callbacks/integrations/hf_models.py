@@ -20,15 +20,23 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from capgeo_callbacks.capture.batches import answer_labels, answer_scores, to_device
+from capgeo_callbacks.capture.batches import (
+    TargetsNotFound,
+    answer_labels,
+    answer_scores,
+    find_targets,
+    target_labels,
+    to_device,
+)
 from capgeo_callbacks.capture.hooks import HiddenStateCapture
 from capgeo_callbacks.capture.layers import glob_match
 from capgeo_callbacks.capture.measuring import Measured, probe_of_rows, rankme_of_rows, usable_rows
 from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, Selector, validate_selector
-from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC
+from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
 
 __all__ = ["FINAL_NORM_SUFFIX", "HF_NOTE", "MASK_KEY", "TARGET_KEY", "check_model", "check_probe_rows",
-           "hf_layer_labels", "layer_globs", "load_hf", "measure_hf", "probe_batches", "probe_selector"]
+           "has_targets", "hf_layer_labels", "layer_globs", "load_hf", "measure_hf", "probe_batches", "probe_selector",
+           "selected_rows"]
 
 FINAL_NORM_SUFFIX = "+final_norm"
 HF_NOTE = ("Hugging Face hidden_states: 'embed' is the token embeddings, 'layers.i' the output of block i; "
@@ -77,14 +85,15 @@ def load_hf(path: Path, device: str, dtype: str) -> nn.Module:
 
 def check_probe_rows(rows: Any) -> dict[str, Tensor]:
     """A fixed probe set as the live callback takes it: a dict of N-row tensors with ``input_ids`` (N, T), and
-    optionally ``attention_mask``, ``targets`` and ``answer_mask`` (both or neither), on the CPU.
+    optionally ``attention_mask``, Hugging Face's ``labels`` (unshifted, -100 where none), or capgeo's ``targets``
+    and ``answer_mask`` (both or neither), on the CPU.
 
     Raises:
         ValueError: naming what is wrong and what is expected.
     """
     if not isinstance(rows, Mapping) or "input_ids" not in rows:
         raise ValueError("probe_rows must be a dict with 'input_ids' (N x T integer tensor), optionally "
-                         f"'attention_mask', 'targets' + '{MASK_KEY}'; got "
+                         f"'attention_mask', 'labels' or 'targets' + '{MASK_KEY}'; got "
                          f"{sorted(rows) if isinstance(rows, Mapping) else type(rows).__name__}")
     ids = rows["input_ids"]
     if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype.is_floating_point or ids.shape[0] < 1:
@@ -100,14 +109,23 @@ def check_probe_rows(rows: Any) -> dict[str, Tensor]:
     return {key: value.detach().cpu() for key, value in rows.items()}
 
 
+def has_targets(rows: Mapping[str, Tensor]) -> bool:
+    """Whether the probe rows hold targets (:func:`~capgeo_callbacks.capture.batches.find_targets`)."""
+    try:
+        find_targets(rows, MASK_KEY)
+    except TargetsNotFound:
+        return False
+    return True
+
+
 def probe_selector(rows: Mapping[str, Tensor], selector: Selector | None) -> Selector:
-    """The token selector for ``rows``: the one given, else ``answer`` when the rows have an answer mask, else
-    ``last``.
+    """The token selector for ``rows``: the one given, else ``target`` when the rows hold targets (``labels``, or
+    ``targets`` with an answer mask: the positions that predict one), else ``last``.
 
     Raises:
         ValueError: on an unknown selector, or an answer selector without an answer mask.
     """
-    selector = selector if selector is not None else ("answer" if MASK_KEY in rows else "last")
+    selector = selector if selector is not None else ("target" if has_targets(rows) else "last")
     validate_selector(selector)
     if selector in ANSWER_SELECTORS and MASK_KEY not in rows:
         raise ValueError(f"selector {selector!r} needs probe_rows[{MASK_KEY!r}]; the rows have {sorted(rows)}. "
@@ -149,6 +167,17 @@ def check_model(model: nn.Module | None, layers: Sequence[str] | None, input_ids
         raise ValueError(f"probe token id {top} is outside the model's vocabulary ({vocab} tokens)")
 
 
+def selected_rows(rows: Mapping[str, Tensor], selector: Selector) -> int:
+    """How many rows ``selector`` takes from the probe rows (a hidden state's worth; a callable selector counts as
+    one row per example)."""
+    if callable(selector):
+        return int(rows["input_ids"].shape[0])
+    from capgeo_callbacks.capture.selectors import select_rows
+
+    ids = rows["input_ids"]
+    return int(select_rows(torch.zeros(*ids.shape, 1), rows, selector, MASK_KEY).shape[0])
+
+
 def probe_batches(rows: Mapping[str, Tensor], batch_size: int) -> list[dict[str, Tensor]]:
     """The probe rows in batches of ``batch_size``, in order."""
     n = rows["input_ids"].shape[0]
@@ -157,7 +186,9 @@ def probe_batches(rows: Mapping[str, Tensor], batch_size: int) -> list[dict[str,
 
 class _AnswerScore:
     """Exact match of the whole answer, per-token accuracy and mean log-prob of the answer tokens, as capgeo's
-    ``val/acc``, ``val/token_acc`` and ``val/logprob``."""
+    ``val/acc``, ``val/token_acc`` and ``val/logprob``, and their loss (``val/loss``: the mean cross-entropy of the
+    target tokens, what the Trainer's evaluation loss is on these rows). The answer tokens are the target positions
+    of :func:`~capgeo_callbacks.capture.batches.find_targets` (the last one where every position has a target)."""
 
     def __init__(self) -> None:
         self.correct = self.examples = self.tokens = 0
@@ -165,8 +196,9 @@ class _AnswerScore:
 
     def add(self, logits: Tensor, targets: Tensor, mask: Tensor) -> None:
         scores = answer_scores(logits, targets, mask)
-        self.correct += int(scores["exact"].sum())
-        self.examples += int(mask.shape[0])
+        answered = mask.any(dim=1)  # a row without a target has no answer to be right about
+        self.correct += int(scores["exact"][answered].sum())
+        self.examples += int(answered.sum())
         self.right += float(scores["token_right"].sum())
         self.logprob_sum += float(scores["token_logprob"].sum())
         self.tokens += int(scores["token_logprob"].numel())
@@ -176,7 +208,7 @@ class _AnswerScore:
             return {}
         tokens = max(self.tokens, 1)
         return {VAL_ACC: self.correct / self.examples, TOKEN_ACC: self.right / tokens,
-                LOGPROB: self.logprob_sum / tokens}
+                LOGPROB: self.logprob_sum / tokens, VAL_LOSS: -self.logprob_sum / tokens}
 
 
 def measure_hf(
@@ -201,26 +233,31 @@ def measure_hf(
         layers: globs over the labels (``embed``, ``layers.*``); None for all.
         selector: token rows.
         num_rows: rows per layer.
-        probes: also held-out linear probe accuracy (needs ``selector="answer"`` and ``targets``).
+        probes: also held-out linear probe accuracy (needs targets in the batches, and the ``target`` or ``answer``
+            selector).
         device: where the model is.
-        mask_key: batch key of the answer mask.
+        mask_key: batch key of capgeo's answer mask.
         warn: ``warn(key, message)``, where problems are reported once.
 
     Returns:
-        The measurements (``val/acc``, ``val/token_acc`` and ``val/logprob`` where the batches have ``targets``
-        and the answer mask) and the measured labels, in depth order.
+        The measurements (``val/acc``, ``val/token_acc``, ``val/logprob`` and ``val/loss`` where the batches hold
+        targets) and the measured labels, in depth order.
 
     Raises:
         ValueError: if the probe set is empty, does not fit the vocabulary, or ``layers`` matches nothing.
     """
     num_layers = int(getattr(model.config, "num_hidden_layers", 0))
     vocab = int(getattr(model.config, "vocab_size", 0) or 0)
-    score = {TARGET_KEY, mask_key} <= keys  # exact match, per-token accuracy and log-prob of the answer
-    want_probes = probes and score and selector == "answer"
+    # exact match, per-token accuracy, log-prob and loss of the target tokens
+    score = {TARGET_KEY, mask_key} <= keys or "labels" in keys
+    want_probes = probes and score and selector in ("target", "answer")
     if probes and not want_probes:
-        warn("probes-hf", f"probe accuracy needs the 'answer' selector and {TARGET_KEY!r} + {mask_key!r} in the "
-             "probe set (labels are the answer tokens); probes are skipped")
-    labels_fn = (lambda batch: answer_labels(batch, TARGET_KEY, mask_key)) if want_probes else None
+        warn("probes-hf", "probe accuracy needs targets in the probe set ('labels', or 'targets' + "
+             f"{mask_key!r}) and the 'target' or 'answer' selector; probes are left out")
+    labels_fn = None
+    if want_probes:
+        labels_fn = ((lambda batch: answer_labels(batch, TARGET_KEY, mask_key)) if selector == "answer" else
+                     (lambda batch: target_labels(batch, mask_key)))
     capture = HiddenStateCapture(selector, num_rows, mask_key, labels_fn=labels_fn, warn=warn)
     labels: list[str] | None = None
     keep: list[int] = []
@@ -251,7 +288,9 @@ def measure_hf(
             for i in keep:
                 capture.add(labels[i], out.hidden_states[i])
             if score:
-                answers.add(out.logits, batch[TARGET_KEY], batch[mask_key].to(torch.bool))
+                targets = find_targets(batch, mask_key)
+                attention = batch.get("attention_mask")
+                answers.add(out.logits, targets.values.clamp_min(0), targets.positions(attention))
     if labels is None:
         raise ValueError("the probe set is empty")
     result = Measured(rankme={}, scalars=answers.scalars(), parameters=sum(p.numel() for p in model.parameters()))

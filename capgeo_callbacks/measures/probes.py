@@ -9,7 +9,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["held_out_probe_accuracy", "linear_probe_accuracy"]
+__all__ = ["distinct_split", "held_out_probe_accuracy", "linear_probe_accuracy"]
+
+DISTINCT_DIGITS = 4  # rows equal to 4 significant digits (relative to their norm) count as one input
 
 
 def _check_set(x: Tensor, y: Tensor, name: str) -> None:
@@ -105,8 +107,35 @@ def linear_probe_accuracy(
     return float((predicted == test_y.to(device)).double().mean())
 
 
+def distinct_split(rows: Tensor) -> Tensor:
+    """Which rows (N x D, in a fixed order) the probe is fit on: about the first half, with no row of the rest equal
+    to one of them. Rows equal to ``DISTINCT_DIGITS`` significant digits relative to their norm (a validation set
+    that repeats an input, or a model blind to what tells two inputs apart) form one group, and whole groups, in
+    the order they first appear, fill the fitting half; without repeats it is exactly the first half. A probe fit
+    and scored on the same inputs reads them back instead of what the representation holds (docs/design.md,
+    "Probes").
+
+    Returns:
+        (N,) booleans, true for the rows to fit on; the first half when one group holds (nearly) every row.
+    """
+    n = rows.shape[0]
+    if n < 2:
+        return torch.ones(n, dtype=torch.bool)
+    x = rows.detach().to(device="cpu", dtype=torch.float64)
+    keys = torch.round(x / x.norm(dim=1, keepdim=True).clamp_min(1e-30) * 10**DISTINCT_DIGITS)
+    _, group = torch.unique(keys, dim=0, return_inverse=True)
+    groups = int(group.max()) + 1
+    first = torch.full((groups,), n, dtype=torch.long).scatter_reduce(0, group, torch.arange(n), reduce="amin")
+    ranked = torch.argsort(first)  # the groups in the order they first appear
+    filled = torch.cumsum(torch.bincount(group, minlength=groups)[ranked], dim=0)
+    fit = torch.isin(group, ranked[: int(torch.searchsorted(filled, n // 2)) + 1])
+    if bool(fit.all()) or not bool(fit.any()):
+        fit = torch.arange(n) < n // 2
+    return fit
+
+
 def held_out_probe_accuracy(rows: Tensor, labels: Tensor, *, ridge: float = 1e-3) -> float:
-    """:func:`linear_probe_accuracy` fit on the first half of ``rows`` (N x D) and scored on the second half: the
-    probe the monitors report, on rows in a fixed order."""
-    half = rows.shape[0] // 2
-    return linear_probe_accuracy(rows[:half], labels[:half], rows[half:], labels[half:], ridge=ridge)
+    """:func:`linear_probe_accuracy` fit on the first half of ``rows`` (N x D, in a fixed order) and scored on the
+    rest, the two halves sharing no input (:func:`distinct_split`): the probe the monitors report."""
+    fit = distinct_split(rows).to(rows.device)
+    return linear_probe_accuracy(rows[fit], labels[fit], rows[~fit], labels[~fit], ridge=ridge)

@@ -223,12 +223,14 @@ def _probe_spec(record: RecordedSetup, probes: bool | None, kind: str, selector:
     wanted = probes if probes is not None else config is not None
     if not wanted:
         return None, 1
-    if kind == "hf" and selector != "answer" or probe.keys and mask not in probe.keys:
-        warn("probes", f"probe accuracy needs the answer tokens as labels ({mask!r} in the probe set"
-             + (" and the 'answer' selector" if kind == "hf" else "") + "); probes are skipped")
+    probe_selector = (config and config.selector) or "answer"
+    labelled = probe_selector == "target" or not probe.keys or mask in probe.keys  # "target": found in the batch
+    if kind == "hf" and selector not in ("answer", "target") or not labelled:
+        warn("probes", f"probe accuracy needs labels: the live monitor's 'target' rows, or the answer tokens "
+             f"({mask!r} in the probe set" + (" and the 'answer' selector" if kind == "hf" else "") + "); probes are "
+             "skipped")
         return None, 1
-    spec = RowSpec((config and config.selector) or "answer", (config and config.num_rows) or num_rows,
-                   (config and config.setting) or 1e-3)
+    spec = RowSpec(probe_selector, (config and config.num_rows) or num_rows, (config and config.setting) or 1e-3)
     return spec, config.every_n_evals if config is not None and probes is None else 1
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from capgeo_callbacks.capture.batches import answer_labels
+from capgeo_callbacks.capture.batches import answer_labels, target_labels
 from capgeo_callbacks.capture.hooks import HiddenStateCapture
 from capgeo_callbacks.capture.layers import resolve_layers, short_names
 from capgeo_callbacks.capture.measuring import Measured, probe_of_rows, rankme_of_rows, usable_rows
@@ -138,9 +138,9 @@ def measure_lightning(
     captures = [rank_capture]
     probe_capture = None
     if probes is not None:
-        probe_capture = HiddenStateCapture(probes.selector, probes.num_rows, mask_key,
-                                           labels_fn=lambda batch: answer_labels(batch, target_key, mask_key),
-                                           warn=warn)
+        labels = ((lambda batch: answer_labels(batch, target_key, mask_key)) if probes.selector == "answer" else
+                  (lambda batch: target_labels(batch, mask_key)))  # the live monitor's labels
+        probe_capture = HiddenStateCapture(probes.selector, probes.num_rows, mask_key, labels_fn=labels, warn=warn)
         captures.append(probe_capture)
     accelerator, devices = _lightning_device(device)
     with _quiet_lightning():

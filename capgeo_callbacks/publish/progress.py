@@ -2,9 +2,9 @@
 
 Lightning's bar counts batches of an epoch; a run over an endless stream of batches has no epochs to count,
 so it shows ``Epoch 0/-2`` and an unknown total. :class:`StepProgressBar` shows ``step k/max_steps`` and,
-beside the logged progress-bar metrics, the latest accuracy, the deepest watched layer's RankMe and the
-default forecast of the acquisition step (from the :class:`~capgeo_callbacks.PrecursorDetector` if there is
-one).
+beside the logged progress-bar metrics, the latest monitored accuracy, the deepest watched layer's RankMe and the
+forecast of the acquisition step made at the latest evaluation, with its interval (from the
+:class:`~capgeo_callbacks.PrecursorDetector` if there is one), or the acquisition step once it is confirmed.
 """
 
 from __future__ import annotations
@@ -95,14 +95,21 @@ class StepProgressBar(TQDMProgressBar):
         detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
         if detector is None:
             return metrics
+        if detector.acc:
+            metrics[detector.monitor] = f"{detector.acc[-1][1]:.3f}"
         rankme = by_layer(measurements_of(trainer, pl_module).series, detector.tracker.rankme_prefix)
         if rankme:
             deepest, points = list(rankme.items())[-1]
             if points:
                 metrics[f"rankme {deepest}"] = f"{points[-1][1]:.1f}"
-        forecasts = [made[-1] for made in detector.tracker.forecasts.values() if made]
-        if forecasts:
+        now = detector.acc[-1][0] if detector.acc else None
+        forecasts = [made[-1] for made in detector.tracker.forecasts.values() if made and made[-1].step == now]
+        if detector.acquired_step is not None:
+            metrics["acquired"] = f"step {detector.acquired_step}"
+        elif forecasts:  # made at the latest evaluation: an older one may no longer stand
             latest = forecasts[-1]
+            interval = ("" if latest.low is None or latest.high is None else
+                        f" [{latest.low:.0f}, {'inf' if math.isinf(latest.high) else f'{latest.high:.0f}'}]")
             metrics[f"forecast ({latest.rule})"] = ("beyond reach" if math.isinf(latest.predicted)
-                                                   else f"step {latest.predicted:.0f}")
+                                                   else f"step {latest.predicted:.0f}{interval}")
         return metrics

@@ -36,6 +36,7 @@ from capgeo_callbacks.rules.forecasters import (
     ThresholdForecaster,
 )
 from capgeo_callbacks.rules.geometry import GeometryRule, StudyRule
+from capgeo_callbacks.rules.trend import LastValueForecaster, LinearForecaster, TrendForecaster
 
 __all__ = [
     "RULES",
@@ -45,6 +46,8 @@ __all__ = [
     "Forecast",
     "ForecastRule",
     "GeometryRule",
+    "LastValueForecaster",
+    "LinearForecaster",
     "LogprobEmergenceRule",
     "LossOnsetRule",
     "Needs",
@@ -55,6 +58,7 @@ __all__ = [
     "RunView",
     "StudyRule",
     "ThresholdForecaster",
+    "TrendForecaster",
     "WarmupEndRule",
     "default_rules",
     "make_rule",
@@ -76,6 +80,11 @@ RULES: dict[str, Callable[[], Rule]] = {
     "token_acc-threshold": lambda: ThresholdForecaster("token_acc"),
     "logprob-threshold": lambda: ThresholdForecaster("logprob"),
     "curve-families": CurveForecaster,
+    # from the monitored accuracy (or the loss) alone, no calibration: the default and what a user compares it with
+    "acc-trend": TrendForecaster,
+    "acc-last": LastValueForecaster,
+    "acc-linear": LinearForecaster,
+    "loss-threshold": lambda: ThresholdForecaster("loss", window=1.0),
     # fitted on calibration runs (ClockForecaster().fit(runs), as study.forecast does); unfitted they forecast nothing
     "clock": ClockForecaster,
     "ridge": RidgeForecaster,
@@ -84,14 +93,14 @@ RULES: dict[str, Callable[[], Rule]] = {
 
 
 def default_rules(settings: DetectionSettings | None = None) -> list[Rule]:
-    """The rules capgeo recommends: the study's rule (for its alerts and verdict), and the warning and forecaster
-    the project chose on its calibration seeds and froze before testing them on held-out seeds
-    (``study/registration.json``; docs/heldout.md): a linear probe reading the answer halfway from chance, and
-    the per-token accuracy extrapolated to the level where the whole answer is right half the time. Neither reads
-    RankMe: on the study's tasks, geometry lowered no forecast's error (docs/forecast-selection.md). They need
-    ``probe_acc/`` series, ``val/token_acc`` and the run's ``chance`` in ``run_info``; a run without them leaves
-    them out and says so once."""
-    return [StudyRule(settings), ProbeCrossingRule(), ThresholdForecaster("token_acc", window=1.0)]
+    """The rules capgeo recommends on any run: the study's rule (for its alerts and verdict), the warning the project
+    chose on its calibration seeds and froze before testing it on held-out seeds (``study/registration.json``;
+    docs/heldout.md: a linear probe reading its labels halfway from chance), and the forecaster that needs nothing but
+    the monitored accuracy (``acc-trend``, chosen on capgeo's calibration runs and the examples' runs:
+    docs/user-forecast.md). They need RankMe, probe and accuracy series; a run without one leaves that rule out and
+    says so once. capgeo's own runs, which record their chance level, run the registered forecaster too
+    (``train.py``)."""
+    return [StudyRule(settings), ProbeCrossingRule(), TrendForecaster()]
 
 
 def register_rule(name: str, factory: Callable[[], Rule]) -> None:

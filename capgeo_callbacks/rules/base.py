@@ -35,7 +35,7 @@ from capgeo_callbacks.detection.alerts import Alert
 from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.series import Points
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings
-from capgeo_callbacks.keys import ACC
+from capgeo_callbacks.keys import ACC, LOGPROB, VAL_LOSS
 
 __all__ = ["Forecast", "Needs", "Rule", "RuleOutput", "RunView", "replay", "rule_from_record", "rule_output",
            "rule_record"]
@@ -84,6 +84,14 @@ class RunView:
     def last(self, tag: str) -> float:
         return self.values(tag)[-1] if self.steps else math.nan
 
+    def logprob(self, tag: str = LOGPROB) -> tuple[float, ...]:
+        """The answer's mean log-prob: the series ``tag``, or, where the run records none, minus its loss
+        (``val/loss``, the cross-entropy per target token)."""
+        values = self.values(tag)
+        if any(math.isfinite(value) for value in values):
+            return values
+        return tuple(-value for value in self.values(VAL_LOSS))
+
     def tags(self, prefix: str) -> list[str]:
         """The tags starting with ``prefix``, in the order the run recorded them."""
         return [tag for tag in self.series if tag.startswith(prefix)]
@@ -101,8 +109,9 @@ class RunView:
 
 @dataclass(frozen=True)
 class Needs:
-    """What a rule reads: series of the run (tags, or ``prefix/*`` for at least one tag under a prefix, such as
-    ``rankme/*``) and run facts (keys of the run info, such as ``chance`` or ``warmup_steps``).
+    """What a rule reads: series of the run (tags, ``prefix/*`` for at least one tag under a prefix, such as
+    ``rankme/*``, or alternatives ``a|b``, either of which will do) and run facts (keys of the run info, such as
+    ``chance`` or ``warmup_steps``).
 
     A rule whose needs are not met at a run's first evaluation is left out of that run: it emits nothing, and the
     run says once which key is missing and how to record it (:func:`~capgeo_callbacks.keys.how_to_record`).
@@ -114,6 +123,8 @@ class Needs:
     def missing(self, tags: Collection[str], info: Mapping[str, Any]) -> list[str]:
         """The needed keys a run with series ``tags`` and run facts ``info`` lacks, in the order declared."""
         def present(key: str) -> bool:
+            if "|" in key:
+                return any(present(part) for part in key.split("|"))
             if key.endswith("/*"):
                 return any(tag.startswith(key[:-1]) for tag in tags)
             return key in tags

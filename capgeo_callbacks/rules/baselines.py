@@ -12,7 +12,7 @@ from typing import Any
 from capgeo_callbacks.detection.alerts import Alert
 from capgeo_callbacks.detection.labels import Chance
 from capgeo_callbacks.detection.onset import learning_onset
-from capgeo_callbacks.keys import ACC, LOGPROB, PROBE_ACC
+from capgeo_callbacks.keys import ACC, LOGPROB, PROBE_ACC, VAL_LOSS
 from capgeo_callbacks.rules.base import Needs, Rule, RuleOutput, RunView
 
 __all__ = ["ClockRule", "LogprobEmergenceRule", "LossOnsetRule", "ProbeCrossingRule", "WarmupEndRule"]
@@ -25,7 +25,8 @@ def run_chance(run: RunView) -> Chance | None:
 
 class LossOnsetRule(Rule):
     """Warns at learning onset (:func:`~capgeo_callbacks.detection.onset.learning_onset`): the answer log-prob
-    leaves the level of an answer that ignores the question. The loss-only baseline."""
+    (minus ``val/loss`` where the run records no log-prob) leaves the level of an answer that ignores the question.
+    The loss-only baseline."""
 
     name = "loss-onset"
 
@@ -34,12 +35,12 @@ class LossOnsetRule(Rule):
 
     @property
     def needs(self) -> Needs:  # type: ignore[override]
-        return Needs(series=(ACC, self.logprob_key))
+        return Needs(series=(ACC, f"{self.logprob_key}|{VAL_LOSS}"))
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
         if raised:
             return RuleOutput()
-        onset = learning_onset(run.steps, run.values(self.logprob_key), run_chance(run), run.warmup_steps or 0)
+        onset = learning_onset(run.steps, run.logprob(self.logprob_key), run_chance(run), run.warmup_steps or 0)
         if onset is None:
             return RuleOutput()
         return RuleOutput(alerts=[self.alert(run, f"the answer log-prob left its chance level at step {onset}")])
@@ -89,7 +90,8 @@ class WarmupEndRule(Rule):
 
 
 class LogprobEmergenceRule(Rule):
-    """Warns when the mean answer log-prob reaches ``threshold`` (log 0.5 by default)."""
+    """Warns when the mean answer log-prob (minus ``val/loss`` where the run records none) reaches ``threshold``
+    (log 0.5 by default)."""
 
     name = "logprob-emergence"
 
@@ -98,10 +100,10 @@ class LogprobEmergenceRule(Rule):
 
     @property
     def needs(self) -> Needs:  # type: ignore[override]
-        return Needs(series=(ACC, self.logprob_key))
+        return Needs(series=(ACC, f"{self.logprob_key}|{VAL_LOSS}"))
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
-        value = run.last(self.logprob_key)
+        value = run.logprob(self.logprob_key)[-1] if run.steps else math.nan
         if raised or not value >= self.threshold:
             return RuleOutput()
         return RuleOutput(alerts=[self.alert(run, f"the answer log-prob reached {value:.3f}")])

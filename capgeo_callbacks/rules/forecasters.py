@@ -19,6 +19,16 @@ forecaster learns from calibration runs set by ``fit(runs)`` in attributes endin
   the interval the spread over families and over parameter draws from each fit's covariance.
 - :class:`RidgeForecaster`: a ridge regression of log(acquisition step) on features of the run so far (the
   step, accuracy, per-token accuracy, log-prob, the clock, and optionally RankMe), fitted on calibration runs.
+
+What a user without calibration runs would compare against, from the monitored accuracy alone:
+
+- :class:`TrendForecaster` (``acc-trend``, the default): nothing while the accuracy sits on its initial plateau;
+  once it has left it, the rise in logit is extrapolated to the acquisition level as a line in the step and as a line
+  in the log of the step, the prediction between the two, the interval around both, widened by the spread of such
+  forecasts on capgeo's calibration runs (docs/design.md, "Forecasts").
+- :class:`LastValueForecaster` (``acc-last``): acquisition now if the accuracy is at the level, else never.
+- :class:`LinearForecaster` (``acc-linear``): a straight line through the recent accuracy, to the level.
+- ``loss-threshold``: :class:`ThresholdForecaster` on ``val/loss``, to ``-log(0.5) / T`` without calibration.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ import numpy as np
 from capgeo_callbacks.detection.alerts import Alert
 from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.labels import Chance
-from capgeo_callbacks.keys import ACC, LOGPROB, RANKME, TOKEN_ACC
+from capgeo_callbacks.keys import ACC, LOGPROB, RANKME, TOKEN_ACC, VAL_LOSS
 from capgeo_callbacks.rules.base import Forecast, Needs, Rule, RuleOutput, RunView
 from capgeo_callbacks.rules.curves import FAMILIES, REACH, fit_curve_families, recent
 
@@ -44,9 +54,13 @@ __all__ = ["ClockForecaster", "CurveForecaster", "ForecastRule", "RidgeForecaste
 
 
 def answer_tokens(run: RunView) -> float | None:
-    """Answer tokens per question, from the run's chance record (None if unknown)."""
+    """Answer tokens per question: the run fact ``answer_tokens``, else from the run's chance record (None if
+    unknown)."""
+    given = run.info.get("answer_tokens")
+    if isinstance(given, (int, float)) and not isinstance(given, bool) and given > 0:
+        return float(given)
     chance = run.info.get("chance")
-    if not chance:
+    if not isinstance(chance, Mapping) or not chance:
         return None
     values = Chance.from_dict(chance)
     return values.tokens / values.questions if values.questions else None
@@ -193,7 +207,9 @@ class ThresholdForecaster(ForecastRule):
     """Extrapolates per-token accuracy or loss to the acquisition level (module docstring).
 
     Args:
-        quantity: ``token_acc`` (from ``val/token_acc``) or ``logprob`` (from ``val/logprob``).
+        quantity: ``token_acc`` (from ``val/token_acc``), ``logprob`` (from ``val/logprob``) or ``loss`` (from
+            ``val/loss``, the cross-entropy per target token: minus the log-prob, to ``-log(0.5) / T`` with T the
+            run's ``answer_tokens`` or its chance record's, else 1; no calibration).
         window: the share of the steps so far the line is fitted on (the most recent).
         horizon: see :class:`ForecastRule`.
         threshold: see :class:`ForecastRule`.
@@ -204,7 +220,7 @@ class ThresholdForecaster(ForecastRule):
     """
 
     fitted: ClassVar[Mapping[str, Any]] = {"targets": {}}
-    TAGS: ClassVar[Mapping[str, str]] = {"token_acc": TOKEN_ACC, "logprob": LOGPROB}
+    TAGS: ClassVar[Mapping[str, str]] = {"token_acc": TOKEN_ACC, "logprob": LOGPROB, "loss": VAL_LOSS}
 
     def __init__(self, quantity: str = "token_acc", window: float = 0.5, horizon: float | None = 300,
                  threshold: float = 0.5) -> None:
@@ -222,8 +238,9 @@ class ThresholdForecaster(ForecastRule):
 
     @property
     def needs(self) -> Needs:  # type: ignore[override]
-        facts = ("task", "difficulty") if getattr(self, "targets_", None) else ("chance",)
-        return Needs(series=(ACC, self.tag), facts=facts)
+        if getattr(self, "targets_", None):
+            return Needs(series=(ACC, self.tag), facts=("task", "difficulty"))
+        return Needs(series=(ACC, self.tag), facts=() if self.quantity == "loss" else ("chance",))
 
     def fit(self, runs: CalibrationRuns) -> ThresholdForecaster:
         """The level of ``quantity`` at acquisition, median over the calibration runs of each task and level."""
@@ -245,19 +262,21 @@ class ThresholdForecaster(ForecastRule):
         if _key(run) in targets:
             return targets[_key(run)]
         tokens = answer_tokens(run)
+        if tokens is None and self.quantity == "loss":
+            tokens = 1.0  # without calibration or an answer length: a one-token answer
         if tokens is None:
             return None
         level = half_right_level(tokens, self.threshold)
-        return level if self.quantity == "token_acc" else math.log(level)
+        return {"token_acc": level, "logprob": math.log(level), "loss": -math.log(level)}[self.quantity]
 
     def forecast(self, run: RunView) -> tuple[float, float, float] | None:
         target = self.target(run)
         if target is None:
             return None
         x, y = recent(run, self.tag, self.window, run.warmup_steps or 0)
-        # both quantities approach 0 error / 0 loss: fit a line to the log of the error (or of minus the log-prob)
-        error = 1 - y if self.quantity == "token_acc" else -y
-        goal = 1 - target if self.quantity == "token_acc" else -target
+        # each quantity approaches 0 error / 0 loss: fit a line to the log of the error (or of the loss)
+        error = {"token_acc": 1 - y, "logprob": -y, "loss": y}[self.quantity]
+        goal = {"token_acc": 1 - target, "logprob": -target, "loss": target}[self.quantity]
         keep = error > 0
         if goal <= 0:
             return None

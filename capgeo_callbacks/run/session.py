@@ -26,7 +26,17 @@ from typing import Any
 from capgeo_callbacks.detection.alerts import Alert
 from capgeo_callbacks.detection.series import Points
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.keys import FORECAST, LOGPROB, RANKME, TOKEN_ACC, VAL_ACC, by_layer, how_to_record
+from capgeo_callbacks.keys import (
+    FORECAST,
+    LOGPROB,
+    RANKME,
+    TOKEN_ACC,
+    VAL_ACC,
+    VAL_LOSS,
+    by_layer,
+    how_to_record,
+    key_words,
+)
 from capgeo_callbacks.publish.dashboard import custom_scalars_layout, dashboard_scalars
 from capgeo_callbacks.publish.figures import figure_pixels, rankme_heatmap, story_card, story_figure
 from capgeo_callbacks.publish.loggers import save_png
@@ -73,6 +83,8 @@ class RunSession:
         logprob_key: the answer log-prob's tag among the scalars (log-prob emergence; None: none).
         token_acc_key: the per-token accuracy's tag among the scalars (the chance label; None: none).
         rankme_prefix: tag prefix of the RankMe series, ending in ``/``.
+        loss_key: the validation loss's tag among the scalars (None: none). The three are recorded, and read by the
+            rules, as ``val/logprob``, ``val/token_acc`` and ``val/loss`` whatever the user named them.
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
         figure_every_n_evals: also refresh the story figure every n evaluations (0: only at the end), as long as
             drawing it has cost at most ``figure_budget`` of the time since the last one.
@@ -87,10 +99,11 @@ class RunSession:
                  run_info: Mapping[str, Any] | None = None, *, monitor: str = VAL_ACC,
                  logprob_key: str | None = LOGPROB, token_acc_key: str | None = TOKEN_ACC,
                  rankme_prefix: str = RANKME, on_alert: Callable[[Alert], Any] | None = None,
-                 figure_every_n_evals: int = 0, figure_budget: float = 0.01, warn: WarnOnce | None = None) -> None:
+                 figure_every_n_evals: int = 0, figure_budget: float = 0.01, warn: WarnOnce | None = None,
+                 loss_key: str | None = VAL_LOSS) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"monitor must be a metric key (a non-empty string), got {monitor!r}")
-        for name, key in (("logprob_key", logprob_key), ("token_acc_key", token_acc_key)):
+        for name, key in (("logprob_key", logprob_key), ("token_acc_key", token_acc_key), ("loss_key", loss_key)):
             if key is not None and (not isinstance(key, str) or not key):
                 raise ValueError(f"{name} must be a metric key or None, got {key!r}")
         if not isinstance(rankme_prefix, str) or not rankme_prefix.endswith("/") or len(rankme_prefix) < 2:
@@ -99,7 +112,8 @@ class RunSession:
         check_positive_int("figure_every_n_evals", figure_every_n_evals, 0)
         if isinstance(figure_budget, bool) or not isinstance(figure_budget, (int, float)) or not 0 < figure_budget <= 1:
             raise ValueError(f"figure_budget must be a share of the training time in (0, 1], got {figure_budget!r}")
-        self.tracker = RunTracker(rules, settings, run_info, monitor, logprob_key, token_acc_key, rankme_prefix)
+        self.tracker = RunTracker(rules, settings, run_info, monitor, logprob_key, token_acc_key, rankme_prefix,
+                                  loss_key)
         self.on_alert = on_alert
         self.figure_every_n_evals, self.figure_budget = figure_every_n_evals, float(figure_budget)
         self.warn = warn if warn is not None else WarnOnce("capgeo")
@@ -160,7 +174,7 @@ class RunSession:
         update = self.tracker.update(step, acc, scalars, measured.series)
         for name, missing in update.left_out.items():
             self.warn(f"needs:{name}", f"rule {name!r} is left out of this run: it needs "
-                      + "; ".join(f"{key!r} ({how_to_record(key)})" for key in missing))
+                      + "; ".join(f"{key_words(key)} ({how_to_record(key)})" for key in missing))
         due = bool(self.figure_every_n_evals) and len(self.acc) % self.figure_every_n_evals == 0
         folder = directory() if due and directory is not None else None
         if not self.is_zero:
@@ -243,7 +257,8 @@ class RunSession:
         return {"record": tracker.state_dict(), "rules": [rule_record(rule) for rule in tracker.rules],
                 "settings": tracker.settings.to_dict(), "run_info": plain(tracker.run_info),
                 "keys": {"monitor": tracker.monitor, "logprob_key": tracker.logprob_key,
-                         "token_acc_key": tracker.token_acc_key, "rankme_prefix": tracker.rankme_prefix},
+                         "token_acc_key": tracker.token_acc_key, "rankme_prefix": tracker.rankme_prefix,
+                         "loss_key": tracker.loss_key},
                 "layout_published": self.layout_published}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -16,7 +16,7 @@ from capgeo_callbacks.detection.alerts import Alert, alert_from_record
 from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.series import Points, as_float, as_step, split_points
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.keys import LOGPROB, RANKME, TOKEN_ACC, VAL_ACC
+from capgeo_callbacks.keys import LOGPROB, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.rules.base import Forecast, Rule, RunView, rule_output
 from capgeo_callbacks.rules.geometry import StudyRule
 from capgeo_callbacks.run.summary import build_summary
@@ -47,9 +47,11 @@ class RunTracker:
         run_info: what is known of the run before it starts (task, budget, warm-up, chance...): stored at the top
             of the summary and shown to the rules as run facts.
         monitor: the accuracy's logged name (the summary's ``monitor``; its series is ``acc``).
-        logprob_key: the answer log-prob's name among the scalars (log-prob emergence).
-        token_acc_key: the per-token accuracy's name among the scalars (chance label).
+        logprob_key: the answer log-prob's name among the scalars (log-prob emergence), recorded as ``val/logprob``.
+        token_acc_key: the per-token accuracy's name among the scalars (chance label), recorded as
+            ``val/token_acc``.
         rankme_prefix: tag prefix of the RankMe series.
+        loss_key: the validation loss's name among the scalars, recorded as ``val/loss``.
 
     Example::
 
@@ -64,7 +66,7 @@ class RunTracker:
     def __init__(self, rules: Sequence[Rule] | None = None, settings: DetectionSettings | None = None,
                  run_info: Mapping[str, Any] | None = None, monitor: str = VAL_ACC,
                  logprob_key: str | None = LOGPROB, token_acc_key: str | None = TOKEN_ACC,
-                 rankme_prefix: str = RANKME) -> None:
+                 rankme_prefix: str = RANKME, loss_key: str | None = VAL_LOSS) -> None:
         if settings is not None and not isinstance(settings, DetectionSettings):
             raise ValueError(f"settings must be a DetectionSettings, got {type(settings).__name__}")
         if run_info is not None and not isinstance(run_info, Mapping):
@@ -79,6 +81,10 @@ class RunTracker:
             raise ValueError(f"rule names must be unique, got {names}")
         self.run_info = dict(run_info or {})
         self.monitor, self.logprob_key, self.token_acc_key = monitor, logprob_key, token_acc_key
+        self.loss_key = loss_key
+        # the user's names of the quantities the rules read -> the names rules and summaries know them by
+        self.renamed = {user: canonical for user, canonical in ((logprob_key, LOGPROB), (token_acc_key, TOKEN_ACC),
+                                                                 (loss_key, VAL_LOSS)) if user and user != canonical}
         self.rankme_prefix = rankme_prefix
         self.acc: list[list[float]] = []  # [[step, accuracy], ...]: the run's evaluation steps
         self.scalars: dict[str, list[list[float]]] = {}  # every other recorded scalar, by tag
@@ -110,7 +116,10 @@ class RunTracker:
             return TrackerUpdate()
         first = not self.acc
         self.acc.append([step, value])
-        for tag, scalar in (scalars or {}).items():
+        given = scalars or {}
+        named = {tag: value for tag, value in given.items() if tag not in self.renamed}
+        named.update({self.renamed[tag]: value for tag, value in given.items() if tag in self.renamed})  # theirs win
+        for tag, scalar in named.items():
             scalar = as_float(tag, scalar)
             if math.isfinite(scalar):
                 self.scalars.setdefault(tag, []).append([step, scalar])
@@ -139,9 +148,9 @@ class RunTracker:
         their alerts and their forecasts."""
         summary = build_summary(
             acc=self.acc, series={**(measured or {}), **self.scalars}, settings=self.settings, alerts=self.alerts,
-            monitor=self.monitor, rankme_prefix=self.rankme_prefix, logprob_key=self.logprob_key,
-            token_acc_key=self.token_acc_key, run_info=self.run_info, steps=steps, parameters=parameters,
-            rows=rows, selectors=selectors)
+            monitor=self.monitor, rankme_prefix=self.rankme_prefix, logprob_key=LOGPROB if self.logprob_key else None,
+            token_acc_key=TOKEN_ACC if self.token_acc_key else None, run_info=self.run_info, steps=steps,
+            parameters=parameters, rows=rows, selectors=selectors)
         summary["rules"] = {rule.name: rule.settings() for rule in self.rules}
         if self.left_out:
             summary["rules_left_out"] = {name: list(missing) for name, missing in self.left_out.items()}

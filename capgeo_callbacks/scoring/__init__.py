@@ -8,10 +8,8 @@ from capgeo_callbacks.scoring.scores import (
     first_alert,
     forecast_scores,
     forecast_table,
-    held_out_check,
     load_runs,
     main,
-    sha256_of,
     warning_scores,
     warning_table,
 )
@@ -23,10 +21,8 @@ __all__ = [
     "first_alert",
     "forecast_scores",
     "forecast_table",
-    "held_out_check",
     "load_runs",
     "main",
-    "sha256_of",
     "warning_scores",
     "warning_table",
 ]

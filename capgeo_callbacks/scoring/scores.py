@@ -1,8 +1,10 @@
 r"""What a warning or a forecast is worth, on any folder of runs
 ==============================================================
 
-    python -m capgeo_callbacks.scoring RUNS [--rules study loss-onset ...] [--seeds 0 1 2] [--markdown]
-    python -m capgeo_callbacks.scoring RUNS --registration registration.json   # held-out seeds, as registered
+    python -m capgeo_callbacks.scoring RUNS [--rules study loss-onset ...] [--forecasters acc-trend ...]
+
+Every run in RUNS is scored, whatever its seed: which runs a study may report (its held-out policy) is the
+study's to decide before it hands them over (capgeo's own: ``study.heldout``).
 
 Every rule is replayed on each run's summary evaluation by evaluation, asked through
 :func:`~capgeo_callbacks.rules.rule_output` exactly as it is asked live, on the same clock from step 0. A run's
@@ -25,10 +27,7 @@ apart, the share whose last forecast says "not within reach".
 from __future__ import annotations
 
 import argparse
-import hashlib
 import math
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +44,6 @@ from capgeo_callbacks.run.reading import find_runs
 __all__ = ["FRACTIONS", "Rate", "ScoredRun", "forecast_scores", "load_runs", "warning_scores"]
 
 FRACTIONS = (0.1, 0.25, 0.5, 0.75)
-HELD_OUT_SEEDS = 100  # seeds from here on are held out: reported only against a registration made before them
 
 
 @dataclass(frozen=True)
@@ -253,50 +251,6 @@ def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[f
             "never_acquired_beyond": Rate(sum(beyond[run.name] for run in never), len(never))}
 
 
-# ------------------------------------------------------------------------------------- registration
-
-
-def sha256_of(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def registered_before(registration: Path, commit: str | None) -> bool:
-    """Whether ``registration`` was committed in (an ancestor of) ``commit``, the code a run was made with."""
-    if not commit:
-        return False
-    root = registration.resolve().parent
-    try:
-        first = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", registration.name], cwd=root,
-                               capture_output=True, text=True, check=True, timeout=30).stdout.split()
-        if not first:
-            return False
-        return subprocess.run(["git", "merge-base", "--is-ancestor", first[-1], commit], cwd=root,
-                              capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def held_out_check(runs: Sequence[ScoredRun], registration: Path | None) -> tuple[list[ScoredRun], list[str]]:
-    """The runs that may be reported: every calibration-seed run, and held-out runs (seed >= 100) only when they
-    carry ``registration``'s sha256 and were made with code that already held it. Returns (kept, why-dropped)."""
-    digest = sha256_of(registration) if registration is not None else None
-    kept, dropped = [], []
-    for run in runs:
-        if run.seed is None or run.seed < HELD_OUT_SEEDS:
-            kept.append(run)
-            continue
-        recorded = (run.summary.get("registration") or {}).get("sha256")
-        if digest is None:
-            dropped.append(f"{run.name}: held-out seed, and no --registration given")
-        elif recorded != digest:
-            dropped.append(f"{run.name}: made under registration {recorded}, not {digest}")
-        elif not registered_before(registration, run.summary.get("commit")):  # type: ignore[arg-type]
-            dropped.append(f"{run.name}: its commit {run.summary.get('commit')} does not contain the registration")
-        else:
-            kept.append(run)
-    return kept, dropped
-
-
 # ------------------------------------------------------------------------------------------- tables
 
 
@@ -358,18 +312,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                                                        "logprob-emergence", "probe-crossing", "warmup-end",
                                                        "clock-20"], help="rule names (capgeo_callbacks.rules.RULES)")
     parser.add_argument("--forecasters", nargs="*", default=[], help="forecaster rule names")
-    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds")
-    parser.add_argument("--registration", type=Path, default=None,
-                        help="the registration file held-out runs (seed >= 100) must carry")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds (default: every run)")
     args = parser.parse_args(argv)
     try:
         rules = [make_rule(name) for name in args.rules]
         forecasters = [make_rule(name) for name in args.forecasters]
     except ValueError as error:
         parser.error(str(error))
-    runs, dropped = held_out_check(load_runs(args.runs, args.seeds), args.registration)
-    for reason in dropped:
-        print(f"left out: {reason}", file=sys.stderr)
+    runs = load_runs(args.runs, args.seeds)
     print(f"{len(runs)} runs: {sum(r.acquisition is not None and not r.control for r in runs)} acquired "
           f"({sum(r.acquired_fully and not r.control for r in runs)} fully), {sum(r.control for r in runs)} controls, "
           f"{sum(r.acquisition is None and not r.control for r in runs)} never acquired\n")

@@ -28,7 +28,7 @@ from capgeo_callbacks import (  # noqa: E402
     PrecursorDetector,
     RankMeMonitor,
 )
-from capgeo_callbacks.measures.probes import linear_probe_accuracy  # noqa: E402
+from capgeo_callbacks.measures.probes import distinct_split, linear_probe_accuracy  # noqa: E402
 from tests.callbacks.conftest import ForeignEncoder, loaders, reference_rankme  # noqa: E402
 
 INTERVAL = 8  # 512 training examples, batches of 32 on each of 2 ranks: one epoch, one validation
@@ -70,11 +70,11 @@ class SingleProcessReference(pl.Callback):
             for handle in handles:
                 handle.remove()
         labels = y[order]
-        half = len(labels) // 2
         step = trainer.global_step
         for i, rows in enumerate(outputs):
             self.values.setdefault(f"rankme/layers.{i}", []).append([step, reference_rankme(rows.numpy())])
-            accuracy = linear_probe_accuracy(rows[:half], labels[:half], rows[half:], labels[half:], ridge=1e-3)
+            fit = distinct_split(rows)  # the halves share no input (the validation set repeats some)
+            accuracy = linear_probe_accuracy(rows[fit], labels[fit], rows[~fit], labels[~fit], ridge=1e-3)
             self.values.setdefault(f"probe_acc/layers.{i}", []).append([step, accuracy])
 
 

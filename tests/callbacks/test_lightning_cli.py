@@ -178,5 +178,5 @@ def test_bad_value_in_yaml_fails_before_training(tmp_path: Path) -> None:
     the callback's own check, naming the valid ones."""
     config = yaml.safe_load(CONFIG.read_text())
     config["trainer"]["callbacks"][0]["init_args"]["selector"] = "final"
-    with pytest.raises(ValueError, match="unknown token selector 'final'; valid: answer, first_answer"):
+    with pytest.raises(ValueError, match="unknown token selector 'final'; valid: target, answer, first_answer"):
         cli_with(tmp_path, config)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from capgeo_callbacks.callbacks.linear_probe_monitor import LinearProbeMonitor
-from capgeo_callbacks.measures.probes import linear_probe_accuracy
+from capgeo_callbacks.measures.probes import distinct_split, linear_probe_accuracy
 from tests.callbacks.conftest import loaders, read_events
 from tests.callbacks.helpers import (
     TinyAnswerLM,
@@ -69,7 +69,12 @@ def test_answer_positions_and_answer_token_labels_by_default(tmp_path: Path) -> 
             targets.append(batch["targets"][batch["answer_mask"]])
     handle.remove()
     x, y = torch.cat(rows)[:256], torch.cat(targets)[:256]
-    expected = linear_probe_accuracy(x[:128], y[:128], x[128:], y[128:])
+    # the validation set repeats two of its 128 questions: the fitting half keeps both copies of each, so the
+    # halves share no row (the first half would)
+    fit_rows = distinct_split(x)
+    assert (x[:128, None] == x[None, 128:]).all(dim=-1).any() and fit_rows.sum() >= 128
+    assert not (x[fit_rows][:, None] == x[~fit_rows][None]).all(dim=-1).any()
+    expected = linear_probe_accuracy(x[fit_rows], y[fit_rows], x[~fit_rows], y[~fit_rows])
     assert monitor.series["probe_acc/norm_f"][-1][1] == pytest.approx(expected, abs=1e-12)
 
 
@@ -106,7 +111,7 @@ def test_labels_that_do_not_match_the_rows_are_skipped_with_a_warning(tmp_path: 
 
 
 def test_answer_labels_need_the_batch_keys(tmp_path: Path) -> None:
-    monitor = LinearProbeMonitor(layers="encoder.layers.0")  # tuple batches carry no targets / mask
+    monitor = LinearProbeMonitor(layers="encoder.layers.0", selector="answer")  # tuple batches carry no mask
     with pytest.warns(UserWarning, match=r"answer labels need batch\['targets'\]"):
         fit(tmp_path, [monitor], steps=8)
     assert monitor.series == {}
@@ -133,7 +138,7 @@ def test_bad_arguments_raise() -> None:
         LinearProbeMonitor(num_rows=3)
     with pytest.raises(ValueError, match="ridge"):
         LinearProbeMonitor(ridge=-1.0)
-    with pytest.raises(ValueError, match="valid: answer, first_answer, question_mean, last, mean, all"):
+    with pytest.raises(ValueError, match="valid: target, answer, first_answer, question_mean, last, mean, all"):
         LinearProbeMonitor(selector="first", labels_fn=labels)
     with pytest.raises(ValueError, match="labels_fn must be callable"):
         LinearProbeMonitor(labels_fn="targets")  # type: ignore[arg-type]

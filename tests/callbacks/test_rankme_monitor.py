@@ -77,7 +77,7 @@ def test_answer_selector_without_mask_warns_and_skips(tmp_path) -> None:
 
 
 def test_bad_arguments_raise() -> None:
-    with pytest.raises(ValueError, match="valid: answer, first_answer, question_mean, last, mean, all"):
+    with pytest.raises(ValueError, match="valid: target, answer, first_answer, question_mean, last, mean, all"):
         RankMeMonitor(selector="first")
     with pytest.raises(ValueError, match="num_rows"):
         RankMeMonitor(num_rows=1)

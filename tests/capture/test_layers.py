@@ -67,5 +67,5 @@ def test_selectors() -> None:
     assert select_rows(hidden, None, lambda h, b: h[:, 0]).shape == (2, 4)
     with pytest.raises(SelectorError, match="needs batch\\['answer_mask'\\]"):
         select_rows(hidden, (hidden, None), "answer")
-    with pytest.raises(ValueError, match="valid: answer, first_answer, question_mean, last, mean, all"):
+    with pytest.raises(ValueError, match="valid: target, answer, first_answer, question_mean, last, mean, all"):
         validate_selector("first")

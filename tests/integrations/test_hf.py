@@ -7,6 +7,7 @@ import importlib
 import json
 import logging
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,7 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
         assert key in summary
     assert summary["task"] == "reverse" and summary["monitor"] == ACC_KEY and summary["steps"] == MAX_STEPS
     assert list(summary["layers"]) == LABELS
-    assert summary["selectors"] == {"rankme": "answer", "probe_acc": "answer"}
+    assert summary["selectors"] == {"rankme": "target", "probe_acc": "target"}  # the answer positions here
     assert [p[0] for p in summary["series"]["acc"]] == steps
     assert len(summary["series"][ACC_KEY.replace("acc", "logprob")]) == len(steps)
     assert summary["parameters"] == sum(p.numel() for p in model.parameters())
@@ -121,6 +122,30 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
     plain = train(tmp_path / "without", []).model
     for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_hugging_face_labels_give_accuracy_loss_and_probes_without_configuration(tmp_path: Path) -> None:
+    """Probe rows as a Hugging Face dataset gives them (``input_ids`` and unshifted ``labels``): the positions that
+    predict a label are the rows, every one of them (no warning about fewer rows than asked), the probes are on,
+    and the accuracy, per-token accuracy, log-prob and loss of the labelled tokens are measured."""
+    examples = Reversal(48, seed=123)
+    rows = {"input_ids": examples.ids, "labels": torch.stack([examples[i]["labels"] for i in range(48)])}
+    callback = CapgeoTrainerCallback(rows, points=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(tmp_path, [callback])
+    assert not [str(w.message) for w in caught if "CapgeoTrainerCallback" in str(w.message)]
+    assert callback.selector == "target" and callback.probes and callback.num_rows == 48 * DIGITS
+    assert callback.rows == {f"{kind}/{label}": 48 * DIGITS for kind in ("rankme", "probe_acc") for label in LABELS}
+    record = callback.session.tracker.scalars
+    assert {"val/token_acc", "val/logprob", "val/loss"} <= set(record)
+    assert record["val/loss"][-1][1] == pytest.approx(-record["val/logprob"][-1][1])
+    # the loss at step 0 is the initial model's own on the labelled tokens
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=50, n_positions=32)).eval()
+    with torch.no_grad():
+        loss = float(model(input_ids=rows["input_ids"], labels=rows["labels"]).loss)
+    assert record["val/loss"][0][1] == pytest.approx(loss, rel=1e-5)
 
 
 def test_resumed_run_rebuilds_its_series_from_the_log_history(tmp_path: Path) -> None:
@@ -175,7 +200,7 @@ def test_alerts_are_raised_live_once_and_failures_are_skipped(monkeypatch, caplo
 
 def test_bad_arguments_name_the_valid_choices() -> None:
     rows = probe_rows(4)
-    with pytest.raises(ValueError, match="valid: answer, first_answer"):
+    with pytest.raises(ValueError, match="valid: target, answer, first_answer"):
         CapgeoTrainerCallback(rows, selector="final")
     with pytest.raises(ValueError, match="valid: geometric, linear"):
         CapgeoTrainerCallback(rows, schedule="log")

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 from pathlib import Path
+
+from lightning.pytorch import Trainer, seed_everything
+
+from capgeo_callbacks import PrecursorDetector, RankMeMonitor, StepProgressBar
+from tests.callbacks.conftest import ForeignEncoder, loaders
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,3 +56,20 @@ def test_a_log_line_goes_above_an_open_bar_not_onto_it() -> None:
         logger.removeHandler(handler)
     lines = stream.getvalue().replace("\r", "\n").splitlines()
     assert "WARNING capgeo.test_bar: an alert at step 3" in lines  # a line of its own
+
+
+def test_the_bar_counts_steps_out_of_the_budget_with_what_capgeo_watches(tmp_path: Path) -> None:
+    seed_everything(0, verbose=False)
+    callbacks = [RankMeMonitor(layers="encoder.layers.*", selector="mean", num_rows=64),
+                 PrecursorDetector(monitor="val_acc", logprob_monitor=None), StepProgressBar()]
+    trainer = Trainer(max_steps=48, val_check_interval=8, logger=False, callbacks=callbacks, enable_checkpointing=False,
+                      enable_model_summary=False, accelerator="cpu", default_root_dir=tmp_path)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        trainer.fit(ForeignEncoder(), *loaders())
+    lines = [line for line in printed.getvalue().replace("\r", "\n").splitlines() if line.startswith("step")]
+    assert lines and all("/48" in line for line in lines) and "Epoch" not in printed.getvalue()
+    assert any("val_acc=" in line and "rankme layers.1=" in line for line in lines)
+    detector = callbacks[1]
+    if detector.acquired_step is not None:
+        assert f"acquired=step {detector.acquired_step}" in lines[-1]

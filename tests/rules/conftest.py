@@ -25,7 +25,8 @@ def scripted_run() -> tuple[dict[str, list[list[float]]], dict[str, list[list[fl
     """(measured, scalars) of the scripted run, as series of points."""
     measured = {"rankme/blocks.0": points(STEPS, PRECURSOR_RANKME), "rankme/blocks.1": points(STEPS, LATE_RANKME),
                 "probe_acc/blocks.1": points(STEPS, PROBE)}
-    return measured, {"val/logprob": points(STEPS, LOGPROB), "val/token_acc": points(STEPS, TOKEN_ACC)}
+    return measured, {"val/logprob": points(STEPS, LOGPROB), "val/token_acc": points(STEPS, TOKEN_ACC),
+                      "val/loss": points(STEPS, [-value for value in LOGPROB])}
 
 
 def scripted_view(info: dict | None = None) -> RunView:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.publish.publisher import Publisher
-from capgeo_callbacks.rules import default_rules
+from capgeo_callbacks.rules import LossOnsetRule, ThresholdForecaster, default_rules
 from capgeo_callbacks.run.failures import WarnOnce
 from capgeo_callbacks.run.session import Measurements, RunSession
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
@@ -33,23 +33,38 @@ class Recorded(Publisher):
 
 def test_rules_without_their_inputs_say_once_what_to_log_and_stay_silent() -> None:
     said: list[str] = []
-    session = RunSession(default_rules(DetectionSettings(smoothing=1)), warn=WarnOnce("capgeo", said.append))
+    rules = [*default_rules(DetectionSettings(smoothing=1)), ThresholdForecaster("token_acc", window=1.0),
+             LossOnsetRule()]
+    session = RunSession(rules, warn=WarnOnce("capgeo", said.append))
     for step, acc in zip(STEPS, PRECURSOR_ACC, strict=True):  # only the accuracy, no measure, no run facts
         session.evaluate(step, acc)
     assert session.tracker.left_out == {"study": ["rankme/*"], "probe-crossing": ["probe_acc/*"],
-                                        "token_acc-threshold": ["val/token_acc", "chance"]}
-    assert len(said) == 3  # once each, at the first evaluation
-    study, probes, forecaster = said
+                                        "token_acc-threshold": ["val/token_acc", "chance"],
+                                        "loss-onset": ["val/logprob|val/loss"]}
+    assert len(said) == 4  # once each, at the first evaluation; the default forecaster needs the accuracy only
+    study, probes, forecaster, loss = said
     assert "rule 'study' is left out of this run" in study and "RankMeMonitor" in study
     assert "'probe_acc/*'" in probes and "LinearProbeMonitor" in probes
-    assert "self.log('val/token_acc', value)" in forecaster and "run_info={'chance': " in forecaster
-    assert session.alerts == [] and session.tracker.forecasts == {}
+    assert "'val/token_acc'" in forecaster and "token_acc_monitor=" in forecaster
+    assert "run_info={'chance': " in forecaster
+    assert "'val/logprob' or 'val/loss'" in loss
+    assert session.alerts == [] and "acc-trend" not in session.tracker.left_out
+    assert set(session.tracker.forecasts) <= {"acc-trend"}
     assert session.build_summary()["rules_left_out"]["token_acc-threshold"] == ["val/token_acc", "chance"]
+
+
+def test_the_user_s_names_are_recorded_and_read_under_capgeo_s() -> None:
+    session = RunSession([LossOnsetRule()], logprob_key=None, loss_key="valid/nll")
+    for step, acc in zip(STEPS, PRECURSOR_ACC, strict=True):
+        session.evaluate(step, acc, {"valid/nll": 2.0 - acc})
+    assert session.tracker.left_out == {} and "valid/nll" not in session.tracker.scalars
+    assert [point[1] for point in session.tracker.scalars["val/loss"]] == [2.0 - acc for acc in PRECURSOR_ACC]
 
 
 def test_alerts_once_forecasts_published_and_the_summary_written_once(tmp_path: Path) -> None:
     announced: list = []
-    session = RunSession(default_rules(DetectionSettings(smoothing=1)), run_info=INFO, on_alert=announced.append)
+    rules = [*default_rules(DetectionSettings(smoothing=1)), ThresholdForecaster("token_acc", window=1.0)]
+    session = RunSession(rules, run_info=INFO, on_alert=announced.append)
     publisher = Recorded()
     measured: dict[str, list[list[float]]] = {"rankme/last": [], "probe_acc/last": []}
     for i, (step, acc) in enumerate(zip(STEPS, PRECURSOR_ACC, strict=True)):

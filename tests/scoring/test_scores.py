@@ -1,10 +1,8 @@
 """The scorer on constructed runs whose answers are known: precision, recall, false alarms, leads, forecast
-errors, and the held-out check against a registration."""
+errors; every run it is given is scored."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +15,6 @@ from capgeo_callbacks.run.tracker import RunTracker
 from capgeo_callbacks.scoring import (
     Rate,
     forecast_scores,
-    held_out_check,
     load_runs,
     main,
     warning_scores,
@@ -99,36 +96,13 @@ def test_forecast_scores_have_known_answers(folder: Path) -> None:
     assert (scores["never_acquired_beyond"], scores["controls_beyond"]) == (Rate(0, 1), Rate(0, 1))
 
 
-def test_held_out_runs_need_a_matching_registration_committed_before_them(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git = lambda *args: subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,  # noqa: E731
-                                       text=True).stdout.strip()
-    git("init", "-q")
-    git("config", "user.email", "t@t")
-    git("config", "user.name", "t")
-    (repo / "a.txt").write_text("before")
-    git("add", "a.txt")
-    git("commit", "-qm", "before")
-    before = git("rev-parse", "HEAD")
-    registration = repo / "registration.json"
-    registration.write_text(json.dumps({"warning": "x"}))
-    git("add", "registration.json")
-    git("commit", "-qm", "register")
-    after = git("rev-parse", "HEAD")
-    from capgeo_callbacks.scoring import sha256_of
-
-    digest = sha256_of(registration)
-    runs_dir = tmp_path / "runs"
-    write_run(runs_dir, "calibration", ACQUIRED, seed=1)
-    write_run(runs_dir, "good", ACQUIRED, seed=100, registration={"sha256": digest}, commit=after)
-    write_run(runs_dir, "early", ACQUIRED, seed=101, registration={"sha256": digest}, commit=before)
-    write_run(runs_dir, "other", ACQUIRED, seed=102, registration={"sha256": "0" * 64}, commit=after)
-    kept, dropped = held_out_check(load_runs(runs_dir), registration)
-    assert sorted(run.name.split("/")[-2] for run in kept) == ["calibration", "good"]
-    assert len(dropped) == 2 and any("does not contain the registration" in d for d in dropped)
-    kept, dropped = held_out_check(load_runs(runs_dir), None)
-    assert [run.name.split("/")[-2] for run in kept] == ["calibration"]
+def test_every_run_is_scored_whatever_its_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The scorer holds no study's policy: held-out seeds (a study's 100 and up) are scored like any other."""
+    write_run(tmp_path, "calibration", ACQUIRED, seed=1)
+    write_run(tmp_path, "held-out", ACQUIRED, seed=100)
+    assert sorted(run.seed for run in load_runs(tmp_path)) == [1, 100]
+    main([str(tmp_path), "--rules", "clock-20"])
+    assert capsys.readouterr().out.startswith("2 runs: 2 acquired (2 fully)")
 
 
 def test_the_command_line(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,116 @@
+"""Run one task family at one seed, with capgeo attached as the README's "On your own model" prints it.
+
+``run("recall", seed=1000)`` trains into ``runs/new_tasks/recall-s1000/`` and leaves ``capgeo_summary.json``
+(capgeo's record of the run) and ``run.json`` (the family, seed, control, settings, budget and the CPU seconds
+each part of the run took) there. A run that was stopped resumes from its last checkpoint (saved every
+``checkpoint_every`` steps); the training batches depend on (seed, step) only, so it sees the batches an
+unbroken run would. ``python -m examples.new_tasks FAMILY --seed N [--control]`` does the same from a shell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch import Callback, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from capgeo_callbacks import (
+    EvaluationSchedule,
+    LinearProbeMonitor,
+    PrecursorDetector,
+    RankMeMonitor,
+    StepProgressBar,
+)
+from capgeo_callbacks.rules import default_rules
+from examples.new_tasks.model import AnswerLM
+from examples.new_tasks.tasks import FAMILIES
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A family's model, optimiser and budget (chosen on pilot seeds: PILOTS.md)."""
+
+    max_steps: int
+    dim: int = 32
+    layers: int = 2
+    heads: int = 4
+    lr: float = 2e-3
+    warmup: int = 20
+    cosine: bool = False  # the learning rate decays along a cosine to 0 at max_steps (else constant)
+    batch_size: int = 64
+
+    @property
+    def tag(self) -> str:
+        """A short name of the settings (pilot folders)."""
+        return (f"d{self.dim}x{self.layers}-lr{self.lr:g}-w{self.warmup}-b{self.max_steps}"
+                f"{'-cosine' if self.cosine else ''}")
+
+
+SETTINGS: dict[str, Settings] = {
+    "recall": Settings(max_steps=1200),
+    "dyck": Settings(max_steps=560, dim=48, cosine=True),
+    "division": Settings(max_steps=1500),
+    "sum3": Settings(max_steps=1500, lr=1e-3),
+}
+
+
+def readme_callbacks() -> list[Callback]:
+    """The callbacks of README.md's "On your own model", as printed there."""
+    return [
+        EvaluationSchedule(points=256),  # validate at step 0, densely early, then evenly
+        RankMeMonitor(layers=["model.layers.*", "model.norm"], selector="last", num_rows=512),
+        LinearProbeMonitor(layers="model.norm", every_n_evals=4),
+        PrecursorDetector(monitor="val/acc", rules=default_rules(), on_alert=print),
+        StepProgressBar(),
+    ]
+
+
+def run_name(family: str, seed: int, control: bool) -> str:
+    return f"{family}{'-control' if control else ''}-s{seed}"
+
+
+def run(family: str, seed: int, control: bool = False, root: str | Path = "runs/new_tasks",
+        settings: Settings | None = None, checkpoint_every: int = 200) -> Path:
+    """Train ``family`` at ``seed`` (answers shuffled across examples if ``control``) and return the run folder.
+
+    Raises:
+        ValueError: an unknown family.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown task family {family!r}; known: {', '.join(FAMILIES)}")
+    settings = settings or SETTINGS[family]
+    folder = Path(root) / run_name(family, seed, control)
+    folder.mkdir(parents=True, exist_ok=True)
+    record_path = folder / "run.json"
+    record: dict[str, Any] = json.loads(record_path.read_text()) if record_path.exists() else {"parts": []}
+    last = folder / "checkpoints" / "last.ckpt"
+    started, wall = time.process_time(), time.perf_counter()
+
+    pl.seed_everything(seed)
+    data = FAMILIES[family](seed=seed, control=control, batch_size=settings.batch_size)
+    model = AnswerLM(data.vocab, data.length(), dim=settings.dim, layers=settings.layers, heads=settings.heads,
+                     lr=settings.lr, warmup=settings.warmup,
+                     decay_steps=settings.max_steps if settings.cosine else None)
+    checkpoints = ModelCheckpoint(dirpath=folder / "checkpoints", save_last=True, save_top_k=0,
+                                  every_n_train_steps=checkpoint_every)
+    quiet = [callback for callback in readme_callbacks() if not isinstance(callback, StepProgressBar)]  # a log file
+    trainer = Trainer(max_steps=settings.max_steps, logger=TensorBoardLogger(folder, name="", version=""),
+                      callbacks=[*quiet, checkpoints], enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=data, ckpt_path=last if last.exists() else None)
+
+    record.update(family=family, seed=seed, control=control, settings=asdict(settings),
+                  threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
+    record["parts"].append({"from_checkpoint": last.exists() and bool(record["parts"]),
+                            "cpu_seconds": round(time.process_time() - started, 1),
+                            "wall_seconds": round(time.perf_counter() - wall, 1), "steps": trainer.global_step})
+    record["cpu_seconds"] = round(sum(part["cpu_seconds"] for part in record["parts"]), 1)
+    record_path.write_text(json.dumps(record, indent=1) + "\n")
+    return folder
