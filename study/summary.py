@@ -71,6 +71,8 @@ PAGES: tuple[tuple[str, str, Callable[[], str], str, str | None], ...] = (
      "Choosing the warning and the forecast (calibration seeds)", None),
     ("docs/heldout.md", "python -m study.heldout report", _page("study.heldout", "report"),
      "The pre-registered held-out test", None),
+    ("docs/user-forecast.md", "python -m study.user_forecast report", _page("study.user_forecast", "page"),
+     "The forecast without calibration", "## By set"),
     ("docs/stopping.md", "python -m study.stopping --out docs/stopping.md", _page("study.stopping", "page"),
      "Stopping runs early: the capability stopper, ASHA and median stopping", None),
 )
@@ -160,6 +162,7 @@ NUMBERS: dict[str, dict[str, str]] = {
         "20%": "docs/overhead.md: the share of each run measured (benchmarks.overhead --fraction 0.2)",
         "9": "docs/overhead.md: levels at most 1.03 (benchmarks.overhead)",
         "1.03": "docs/overhead.md: the overhead target",
+        "273": "corpus/gallery/own_model.json.gz: the example's acquisition (python -m study.user_forecast gallery)",
     },
 }
 NUMBER = re.compile(r"\d[\d,.]*%?")

@@ -273,6 +273,15 @@ def warning_table(scores: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def error_text(entry: Mapping[str, Any]) -> str:
+    """One fraction's median relative error with its bootstrap interval: '0.36 [0.14, 0.74]', 'none', '-'."""
+    median, interval = entry["median_error"], entry["interval"]
+    text = "-" if median is None else ("none" if math.isinf(median) else f"{median:.2f}")
+    if interval and math.isfinite(median or math.inf):
+        text += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+    return text
+
+
 def forecast_table(scores: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: median relative error [bootstrap 95%] at each fraction, coverage and width at 50%."""
     fractions = list(next(iter(scores))["fractions"]) if scores else []
@@ -283,11 +292,7 @@ def forecast_table(scores: Sequence[Mapping[str, Any]]) -> str:
         cells = []
         for f in fractions:
             entry = s["fractions"][f]
-            median, interval = entry["median_error"], entry["interval"]
-            text = "-" if median is None else ("none" if math.isinf(median) else f"{median:.2f}")
-            if interval and math.isfinite(median or math.inf):
-                text += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
-            cells.append(f"{text} (n={entry['n']})")
+            cells.append(f"{error_text(entry)} (n={entry['n']})")
         half = s["fractions"].get("0.5", {})
         width = half.get("mean_width")
         lines.append(f"| {s['rule']} | " + " | ".join(cells) + f" | {half.get('coverage', '-')} | "
