@@ -108,15 +108,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         selector, patterns = probe_selector(rows, selector), layer_globs(layers)
         if num_rows is None:
             num_rows = max(2, selected_rows(rows, selector))
-        for name, value, minimum in (("num_rows", num_rows, 2), ("points", points, 1), ("batch_size", batch_size, 1),
-                                     *([("max_steps", max_steps, 1)] if max_steps is not None else [])):
-            check_positive_int(name, value, minimum)
-        if schedule not in SCHEDULES:
-            raise ValueError(f"unknown evaluation schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
-        if eval_steps is not None and (not eval_steps or not all(
-                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in eval_steps)):
-            raise ValueError(f"eval_steps must be non-negative integers, got {eval_steps!r}")
-        check_callable("acc_fn", acc_fn, "(model, rows) -> float")
+        _check_arguments(num_rows, points, batch_size, max_steps, schedule, eval_steps, acc_fn)
         self.probe_rows, self.layers, self.selector, self.num_rows = rows, patterns, selector, num_rows
         self.points, self.schedule, self.max_steps = points, schedule, max_steps
         self.acc_fn, self.output_dir = acc_fn, output_dir
@@ -149,10 +141,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         self._parameters = sum(p.numel() for p in model.parameters())
         self.session.is_zero = bool(state.is_world_process_zero)
         if self._probes_wanted and not self.probes:
-            self.session.warn("probes-hf", "no probes: " + (
-                f"the probe rows hold no targets (looked for {TARGETS_LOOKED_FOR}); pass probe_rows with 'labels'"
-                if not has_targets(self.probe_rows) else
-                f"selector {selector_name(self.selector)!r} takes rows without labels; use 'target' or 'answer'"))
+            self.session.warn("probes-hf", _no_probes(self.probe_rows, self.selector))
         if not self._scheduled:
             self._budget = self.max_steps if self.max_steps is not None else int(state.max_steps or 0)
             if self._budget < 1:
@@ -222,6 +211,27 @@ class CapgeoTrainerCallback(TrainerCallback):
                 append_point(self.series.setdefault(tag, []), step, float(entry[tag]))
             scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
             self.session.tracker.update(step, float(entry[ACC_KEY]), scalars, self.series)
+
+
+def _check_arguments(num_rows: int, points: int, batch_size: int, max_steps: int | None, schedule: str,
+                     eval_steps: Sequence[int] | None, acc_fn: AccFn | None) -> None:
+    for name, value, minimum in (("num_rows", num_rows, 2), ("points", points, 1), ("batch_size", batch_size, 1),
+                                 *([("max_steps", max_steps, 1)] if max_steps is not None else [])):
+        check_positive_int(name, value, minimum)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown evaluation schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+    if eval_steps is not None and (not eval_steps or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in eval_steps)):
+        raise ValueError(f"eval_steps must be non-negative integers, got {eval_steps!r}")
+    check_callable("acc_fn", acc_fn, "(model, rows) -> float")
+
+
+def _no_probes(rows: Mapping[str, Tensor], selector: Selector) -> str:
+    """Why probes asked for cannot run on these rows, and what to pass."""
+    if not has_targets(rows):
+        return (f"no probes: the probe rows hold no targets (looked for {TARGETS_LOOKED_FOR}); pass probe_rows with "
+                "'labels'")
+    return f"no probes: selector {selector_name(selector)!r} takes rows without labels; use 'target' or 'answer'"
 
 
 class _Pending(Publisher):
