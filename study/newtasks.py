@@ -1,0 +1,235 @@
+"""The registered test on task families capgeo was never built on (issue 29).
+
+    python -m study.newtasks run       # the registered runs, resumable -> runs/newtasks/, corpus/newtasks/
+    python -m study.newtasks report    # -> docs/newtasks.md (scored by capgeo_callbacks.scoring)
+    python -m study.newtasks readme    # README.md's table "on a task nobody calibrated"
+
+The families are examples a user could have written (``examples/new_tasks``), with capgeo attached as README.md's
+"On your own model" prints it: no calibration, no chance table, no clock. What is registered
+(``study/newtasks_registration.json``: families and settings, seeds, controls, the default warnings and forecaster,
+their comparators, metrics and targets) was committed before the first run; a run refuses an uncommitted tree or
+registration, and records the registration's sha256 and the commit it ran; the report refuses a run whose
+registration differs or postdates it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from capgeo_callbacks.rules import make_rule
+from capgeo_callbacks.run.summary import read_summary
+from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs, warning_scores
+from capgeo_callbacks.scoring.scores import Rate, error_text, warning_table
+from launch import ROOT, require_clean_tree
+from study.corpus import CORPUS, write_packed
+from study.heldout import committed, registered_before, sha256
+
+REGISTRATION = ROOT / "study" / "newtasks_registration.json"
+RUNS = ROOT / "runs" / "newtasks"
+FOLDER = CORPUS / "newtasks"
+DOC = ROOT / "docs" / "newtasks.md"
+PILOTS = ROOT / "examples" / "new_tasks" / "PILOTS.md"
+
+
+def registration(path: Path = REGISTRATION) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def jobs(path: Path = REGISTRATION) -> list[tuple[str, int, bool]]:
+    """``(family, seed, control)`` of every registered run."""
+    found = registration(path)
+    return [(family, seed, False) for family in found["families"] for seed in found["seeds"]] + [
+        (family, found["controls"]["seed"], True) for family in found["families"]]
+
+
+def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER) -> list[Path]:
+    """Run (or resume) every registered run not yet in ``folder``; export each as it finishes."""
+    from examples.new_tasks.run import SETTINGS, run, run_name
+
+    commit = require_clean_tree("the registered test on new task families")
+    if not committed(path):
+        raise SystemExit(f"{path.relative_to(ROOT)} is not committed as it is: commit the registration first")
+    found, digest = registration(path), sha256(path)
+    for family, registered in found["families"].items():
+        if asdict(SETTINGS[family]) != registered:
+            raise SystemExit(f"examples.new_tasks.run.SETTINGS[{family!r}] is {asdict(SETTINGS[family])}, "
+                             f"not the registered {registered}")
+    written = []
+    for family, seed, control in jobs(path):
+        name = run_name(family, seed, control)
+        target = folder / f"{name}.json.gz"
+        if target.exists():
+            continue
+        run_dir = run(family, seed, control, root=runs, settings=SETTINGS[family])
+        record = json.loads((run_dir / "run.json").read_text())
+        summary = read_summary(run_dir / "capgeo_summary.json")
+        summary.update(task=family, seed=seed, shuffled_answers=control, max_steps=SETTINGS[family].max_steps,
+                       settings=record["settings"], cpu_seconds=record["cpu_seconds"],
+                       wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
+                       resumes=len(record["parts"]) - 1, threads=record["threads"],
+                       omp_num_threads=record["omp_num_threads"], torch=torch.__version__, commit=commit,
+                       uncommitted_changes=False,
+                       registration={"path": path.relative_to(ROOT).as_posix(), "sha256": digest})
+        written.append(write_packed(summary, target))
+        print(f"{name}: acquisition {summary.get('acquisition_step')}, {record['cpu_seconds']} CPU s -> {target}")
+    return written
+
+
+def registered_runs(path: Path = REGISTRATION, folder: Path = FOLDER) -> list[ScoredRun]:
+    """The runs of ``folder``, or exit naming each run not made under this registration."""
+    digest, refused = sha256(path), []
+    runs = load_runs(folder)
+    for run in runs:
+        made = run.summary.get("registration") or {}
+        if made.get("sha256") != digest:
+            refused.append(f"{run.name}: registration sha256 {made.get('sha256')!r}, not {digest}")
+        elif not registered_before(path, run.summary.get("commit")):
+            refused.append(f"{run.name}: made at {run.summary.get('commit')}, before the registration's commit")
+    if refused:
+        raise SystemExit("runs not made under the registration:\n" + "\n".join(refused))
+    return runs
+
+
+def _pilot_cpu_seconds(path: Path = PILOTS) -> tuple[float, int]:
+    """The pilots' CPU seconds and count, from PILOTS.md's table (its 'cpu s' column, from each pilot's run.json)."""
+    rows = [line.split("|")[1:-1] for line in path.read_text().splitlines() if line.startswith("| ")]
+    head = [cell.strip() for cell in rows[0]]
+    column = head.index("cpu s")
+    values = [float(row[column]) for row in rows[1:] if re.fullmatch(r"[\d.]+", row[column].strip())]
+    return sum(values), len(values)
+
+
+def scored(path: Path = REGISTRATION, folder: Path = FOLDER) -> dict[str, Any]:
+    found, runs = registration(path), registered_runs(path, folder)
+    warnings = [*found["warnings"]["default"], *found["warnings"]["comparators"]]
+    forecasters = [found["forecaster"]["default"], *found["forecast_comparators"]]
+    return {"registration": found, "runs": runs,
+            "warnings": {name: warning_scores(make_rule(name), runs) for name in warnings},
+            "forecasts": {name: forecast_scores(make_rule(name), runs) for name in forecasters}}
+
+
+def targets(s: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """``(target, measured, verdict)`` of each registered target."""
+    found, rows = s["registration"], []
+    default = found["forecaster"]["default"]
+    half = {name: score["fractions"]["0.5"] for name, score in s["forecasts"].items()}
+    ours = half[default]["median_error"]
+    for name in found["forecast_comparators"]:
+        theirs = half[name]["median_error"]
+        met = ours is not None and theirs is not None and ours < theirs
+        by = ("" if met or ours is None or theirs is None or math.isinf(ours) and math.isinf(theirs)
+              else f" (by {ours - theirs:.2f})" if math.isfinite(ours - theirs) else " (no forecast at 50%)")
+        rows.append((f"{default}'s error at 50% below {name}'s", f"{error_text(half[default])} against "
+                     f"{error_text(half[name])}", ("met" if met else "missed") + by))
+    coverage: Rate = half[default]["coverage"]
+    least = found["targets"]["interval_coverage_at_half_at_least"]
+    rows.append((f"{default}'s interval covers at 50%: at least {least}", str(coverage),
+                 _verdict(coverage.value, least)))
+    precision_floor = found["targets"]["warning_precision_at_least"]
+    for name in found["warnings"]["default"]:
+        score = s["warnings"][name]
+        rows.append((f"{name}: precision at least {precision_floor}", str(score["precision"]),
+                     _verdict(score["precision"].value, precision_floor)))
+        alarms: Rate = score["false_alarms_controls"]
+        rows.append((f"{name}: no false alarm on controls", str(alarms),
+                     "met" if alarms.n and alarms.k == 0 else f"missed ({alarms.k} of {alarms.n})"))
+    return rows
+
+
+def _verdict(value: float | None, floor: float) -> str:
+    if value is None:
+        return "missed (n = 0)"
+    return "met" if value >= floor else f"missed (by {floor - value:.2f})"
+
+
+def runs_table(runs: Sequence[ScoredRun]) -> list[str]:
+    lines = ["| run | acquisition | budget | acquired fully | first alert: probe-crossing / study | CPU s |",
+             "| --- | ---: | ---: | --- | --- | ---: |"]
+    for run in sorted(runs, key=lambda r: r.name):
+        alerts = {alert["rule"]: alert["step"] for alert in reversed(run.summary.get("alerts") or [])
+                  if alert.get("kind") == "run"}
+        lines.append(f"| {Path(run.name).name.removesuffix('.json.gz')} | {run.acquisition or '-'} | "
+                     f"{run.summary['max_steps']} | {'yes' if run.acquired_fully else 'no'} | "
+                     f"{alerts.get('probe-crossing', '-')} / {alerts.get('study', '-')} | "
+                     f"{run.summary['cpu_seconds']} |")
+    return lines
+
+
+def cost_lines(runs: Sequence[ScoredRun]) -> list[str]:
+    pilots, count = _pilot_cpu_seconds()
+    registered = sum(run.summary["cpu_seconds"] for run in runs)
+    return [f"- pilots: {count} runs, {pilots / 3600:.3f} CPU-hours (the 'cpu s' column of "
+            "[examples/new_tasks/PILOTS.md](../examples/new_tasks/PILOTS.md); the screening before them is not "
+            "counted there)",
+            f"- registered runs: {len(runs)} runs, {registered / 3600:.3f} CPU-hours (each summary's `cpu_seconds`: "
+            "process CPU time of training, validation and the callbacks, one thread)"]
+
+
+def page(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
+    s = scored(path, folder)
+    found, runs = s["registration"], s["runs"]
+    commits = sorted({run.summary.get("commit", "")[:8] for run in runs})
+    warnings = " ".join(s["warnings"])
+    forecasters = " ".join(s["forecasts"])
+    return "\n".join([
+        "# On a task nobody calibrated: the registered test on new task families", "",
+        "Generated by `python -m study.newtasks report`. The scores are "
+        f"`python -m capgeo_callbacks.scoring corpus/newtasks --rules {warnings} --forecasters {forecasters}`.", "",
+        f"Registered in [`study/newtasks_registration.json`](../study/newtasks_registration.json) "
+        f"(sha256 `{sha256(path)[:12]}`, committed before every run: each run records the sha256 and its commit, "
+        f"{', '.join(f'`{c}`' for c in commits)}). Families: {', '.join(found['families'])} "
+        "([examples/new_tasks](../examples/new_tasks)), seeds "
+        f"{', '.join(map(str, found['seeds']))} and one shuffled-answer control each (seed "
+        f"{found['controls']['seed']}); capgeo attached as README.md prints it, no calibration. Pilot seeds "
+        f"{', '.join(map(str, found['seeds_never_reported']))} are not reported.", "",
+        f"{len(runs)} runs: {sum(r.acquisition is not None and not r.control for r in runs)} acquired "
+        f"({sum(r.acquired_fully and not r.control for r in runs)} fully), {sum(r.control for r in runs)} controls, "
+        f"{sum(r.acquisition is None and not r.control for r in runs)} never acquired.", "",
+        "## The runs", "", *runs_table(runs), "",
+        "## Targets (registered)", "", "| target | measured | verdict |", "| --- | --- | --- |",
+        *[f"| {a} | {b} | {c} |" for a, b, c in targets(s)], "",
+        "## Warnings", "", warning_table(list(s["warnings"].values())), "",
+        "## Forecasts", "", forecast_table(list(s["forecasts"].values())), "",
+        "## Cost", "", *cost_lines(runs), ""])
+
+
+def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
+    """README.md's table: the default warnings and forecaster beside their comparators, with n and intervals."""
+    s = scored(path, folder)
+    found = s["registration"]
+    lines = ["| on a task nobody calibrated | precision | recall | false alarms on controls | "
+             "forecast error at 50% | its interval holds the step |", "| --- | --- | --- | --- | --- | --- |"]
+    for name in [*found["warnings"]["default"], *found["warnings"]["comparators"]]:
+        score = s["warnings"][name]
+        lines.append(f"| {name} (warning) | {score['precision']} | {score['recall']} | "
+                     f"{score['false_alarms_controls']} | | |")
+    for name, score in s["forecasts"].items():
+        half = score["fractions"]["0.5"]
+        lines.append(f"| {name} (forecast) | | | | {error_text(half)} (n={half['n']}) | {half['coverage']} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("run", "report", "readme"))
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        run_all()
+    elif args.command == "report":
+        DOC.write_text(page() + "\n")
+        print(DOC.read_text())
+    else:
+        print(readme())
+
+
+if __name__ == "__main__":
+    main()
