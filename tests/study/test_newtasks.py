@@ -1,0 +1,86 @@
+"""The registered test on new task families (study.newtasks): what it registers, which runs it accepts, and that its
+targets' verdicts follow the measured figures."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from examples.new_tasks.run import SETTINGS
+from study.heldout import sha256
+from study.newtasks import REGISTRATION, jobs, registered_runs, registration, scored, targets
+from tests.scoring.test_scores import ACQUIRED, NEVER, write_run
+
+
+def test_the_registration_names_runs_the_example_makes_and_no_pilot_seed() -> None:
+    found = registration()
+    planned = jobs()
+    assert len(planned) == 4 * len(found["families"]) >= 12
+    assert sum(control for _, _, control in planned) == len(found["families"])
+    assert not {seed for _, seed, _ in planned} & set(found["seeds_never_reported"])
+    for family, settings in found["families"].items():
+        assert asdict(SETTINGS[family]) == settings, family
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[Path, str, str]:
+    """A git repository with the registration committed after a first commit: (registration, before, after)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (root / "a.txt").write_text("before")
+    git("add", "a.txt")
+    git("commit", "-qm", "before")
+    before = git("rev-parse", "HEAD")
+    path = root / "newtasks_registration.json"
+    path.write_text(REGISTRATION.read_text())
+    git("add", path.name)
+    git("commit", "-qm", "register")
+    return path, before, git("rev-parse", "HEAD")
+
+
+def test_runs_without_the_registration_or_made_before_it_are_refused(tmp_path: Path, repo: tuple) -> None:
+    path, before, after = repo
+    digest, runs = sha256(path), tmp_path / "runs"
+    write_run(runs, "good", ACQUIRED, seed=100, registration={"sha256": digest}, commit=after)
+    assert [Path(run.name).parent.name for run in registered_runs(path, runs)] == ["good"]
+    write_run(runs, "unregistered", ACQUIRED, seed=101, commit=after)
+    write_run(runs, "other", ACQUIRED, seed=101, registration={"sha256": "0" * 64}, commit=after)
+    write_run(runs, "early", ACQUIRED, seed=102, registration={"sha256": digest}, commit=before)
+    with pytest.raises(SystemExit) as refused:
+        registered_runs(path, runs)
+    message = str(refused.value)
+    assert "unregistered" in message and "other" in message and "early" in message and "good" not in message
+
+
+def test_each_target_is_met_exactly_when_its_figure_clears_it(tmp_path: Path, repo: tuple) -> None:
+    path, _, after = repo
+    runs, made = tmp_path / "runs", {"registration": {"sha256": sha256(path)}, "commit": after}
+    for seed in (100, 101, 102):
+        write_run(runs, f"learns-{seed}", ACQUIRED, seed=seed, **made)
+    write_run(runs, "control", NEVER, seed=100, shuffled_answers=True, **made)
+    s = scored(path, runs)
+    assert len(s["runs"]) == 4 and sum(run.control for run in s["runs"]) == 1
+    rows = {target: verdict for target, _, verdict in targets(s)}
+    floor = registration(path)["targets"]["warning_precision_at_least"]
+    for name in registration(path)["warnings"]["default"]:
+        precision = s["warnings"][name]["precision"]
+        met = precision.value is not None and precision.value >= floor
+        assert rows[f"{name}: precision at least {floor}"].startswith("met" if met else "missed")
+        alarms = s["warnings"][name]["false_alarms_controls"]
+        assert rows[f"{name}: no false alarm on controls"] == ("met" if alarms.k == 0 else
+                                                               f"missed ({alarms.k} of {alarms.n})")
+    ours = s["forecasts"]["acc-trend"]["fractions"]["0.5"]["median_error"]
+    for name in registration(path)["forecast_comparators"]:
+        theirs = s["forecasts"][name]["fractions"]["0.5"]["median_error"]
+        verdict = rows[f"acc-trend's error at 50% below {name}'s"]
+        assert verdict.startswith("met") == (ours is not None and theirs is not None and ours < theirs)
