@@ -80,7 +80,9 @@ class PrecursorDetector(Callback):
                                   token_acc_key=token_acc_monitor, rankme_prefix=rankme_prefix, on_alert=on_alert,
                                   live_figures=live_figures, warn=WarnOnce("PrecursorDetector"))
         self._loss_sum, self._loss_count = 0.0, 0  # training losses since the previous evaluation
-        self._loss_pending: list[torch.Tensor] = []  # this interval's losses, still tensors (no device sync per step)
+        # this interval's losses, still tensors: read on the host only at an evaluation (no device sync in a step)
+        self._loss_pending: list[torch.Tensor] = []
+        self._loss_chunks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sum, count) of each 64 pending
 
     @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
     def state_key(self) -> str:  # type: ignore[override]
@@ -115,17 +117,20 @@ class PrecursorDetector(Callback):
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
             self._loss_pending.append(loss.detach())
-            if len(self._loss_pending) >= 64:  # bounded memory; one sync per 64 steps at most
-                self._flush_losses()
+            if len(self._loss_pending) >= 64:  # bounded memory: summed on the device, nothing read back
+                self._loss_chunks.append(_finite_sum(self._loss_pending))
+                self._loss_pending = []
 
     def _flush_losses(self) -> None:
+        """Add the losses held as tensors to the interval's sum and count: at an evaluation or a checkpoint, the
+        only places they are read on the host."""
         if self._loss_pending:
-            # float64: the sum of float32 losses is then exact, so a run resumed mid-interval adds up the same
-            values = torch.stack([value.double().reshape(()) for value in self._loss_pending])
-            finite = values[torch.isfinite(values)]
-            self._loss_sum += float(finite.sum())
-            self._loss_count += int(finite.numel())
+            self._loss_chunks.append(_finite_sum(self._loss_pending))
             self._loss_pending = []
+        for total, count in self._loss_chunks:
+            self._loss_sum += float(total)
+            self._loss_count += int(count)
+        self._loss_chunks = []
 
     def _scalars_now(self, trainer: pl.Trainer) -> dict[str, float]:
         """Every scalar under ``record`` (not the monitor), the mean training loss since the last evaluation and
@@ -171,4 +176,12 @@ class PrecursorDetector(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.session.load_state_dict(state_dict)
         self._loss_sum, self._loss_count = state_dict.get("loss_since_evaluation", [0.0, 0])
-        self._loss_pending = []
+        self._loss_pending, self._loss_chunks = [], []
+
+
+def _finite_sum(losses: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sum and the count of the finite ``losses``, on their device. In float64: the sum of float32 losses is
+    then exact, so a run resumed mid-interval adds up the same."""
+    values = torch.stack([value.double().reshape(()) for value in losses])
+    finite = torch.isfinite(values)
+    return torch.where(finite, values, 0.0).sum(), finite.sum()
