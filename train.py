@@ -188,6 +188,8 @@ MEASURE_OPTIONS: dict[str, dict[str, Any]] = {
     spec.name: spec.callback_options(**LAYERS_AND_ROWS.get(spec.name, {})) for spec in measure_specs()
 }
 MEASURE_CALLBACKS: dict[str, type[Callback]] = {spec.name: spec.callback for spec in measure_specs()}
+# Extra constructor arguments of the PrecursorDetector (e.g. {"live_figures": False}): embedding code, benchmarks.
+DETECTOR_OPTIONS: dict[str, Any] = {}
 
 
 def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
@@ -211,7 +213,7 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
         SETTINGS.replace(measure_transitions=transitions)
     # always: it records every scalar and writes the summary, with or without measures
     callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info, settings=settings,
-                                       rules=[StudyRule(settings), *rules]))
+                                       rules=[StudyRule(settings), *rules], **DETECTOR_OPTIONS))
     return callbacks
 
 

@@ -1,34 +1,41 @@
-"""Overhead of the default callbacks on one GPU, at model sizes ``m`` and ``l``: ``--measures default`` vs ``none``.
+"""Overhead of the default callbacks on one GPU: ``--measures default`` vs ``none``, the main command's task at
+model sizes ``s``, ``m`` and ``l``, as ratios in one run of at most ``--budget`` seconds.
 
-    python -m benchmarks.gpu_overhead --task sort --difficulty hard --sizes m l --fraction 0.1 --repeats 3
+    python -m benchmarks.gpu_overhead                                  # sort hard at s, m, l; 8 minutes at most
+    python -m benchmarks.gpu_overhead --out results.json               # also every pair as JSON
+    python -m benchmarks.gpu_overhead --accelerator cpu --sizes xs --fraction 0.005 --repeats 1 --budget 60  # smoke
 
-For each size, runs the first ``fraction`` of the task's default run (``train.py --stop-at-step``: the full
-run's evaluation schedule, so the early, dense evaluations are included) with ``--accelerator gpu --devices 1``,
-the two settings interleaved ``repeats`` times after a short warm-up run (CUDA context, cuBLAS handles, the
-allocator), and prints the median wall time of each and their ratio. Wall time, not CPU time: the GPU's work
-is not the process's CPU time; each run ends with ``torch.cuda.synchronize()``, so queued kernels are counted
-in the run that queued them. The CPU counterpart, with the time inside the callbacks themselves, is
-``benchmarks/overhead.py``. Needs CUDA: without it, the script says so and exits.
+For each size, the first ``fraction`` of the task's default run (``train.py --stop-at-step``: the whole run's
+evaluation schedule, so the dense early evaluations are all in it) is run with ``--accelerator gpu --devices 1``,
+after one short warm-up run (CUDA context, cuBLAS handles, the allocator, the kernels' first compilation), as
+``repeats`` pairs of the two settings, the order alternating from pair to pair, and each pair's ratio (default /
+none) is printed with the median. Wall time, not CPU time: the GPU's work is not the process's CPU time; each run
+ends with ``torch.cuda.synchronize()``, so queued kernels count in the run that queued them. The run stops starting
+pairs when the next one would pass ``--budget`` (the time of the size's last pair is the estimate), so the script
+fits the device's lease; a size with fewer pairs than asked says so. The CPU counterpart, with the time inside each
+callback, is ``benchmarks/overhead.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 import train
-from benchmarks._timing import add_timing_args, interleaved, median
-from benchmarks.overhead import run
+from benchmarks._timing import median
+from benchmarks.overhead import machine, run
 from capgeo_callbacks.run.schedule import evaluation_steps
 from models import SIZES
 from tasks import DIFFICULTIES, TASKS
 from tasks.budgets import budget
 
-GPU = ["--accelerator", "gpu", "--devices", "1"]
 WARMUP_STEPS = 5
 
 
@@ -36,19 +43,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="sort", choices=TASKS)
     parser.add_argument("--difficulty", default="hard", choices=DIFFICULTIES)
-    parser.add_argument("--sizes", nargs="+", default=["m", "l"], choices=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", default=["s", "m", "l"], choices=list(SIZES))
     parser.add_argument("--fraction", type=float, default=0.1,
                         help="share of the default run's budget to train (its evaluation schedule is kept)")
+    parser.add_argument("--repeats", type=int, default=3, help="pairs per size (fewer if the budget runs out)")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole script, warm-ups included")
+    parser.add_argument("--accelerator", default="gpu", choices=["gpu", "cpu"], help="cpu: a smoke test only")
     parser.add_argument("--measures", default="default", help="the measured setting (vs 'none')")
-    add_timing_args(parser)
+    parser.add_argument("--out", type=Path, default=None, help="write every pair as JSON here")
     args = parser.parse_args(argv)
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction must be in (0, 1], got {args.fraction}")
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
-    if args.clock not in (None, "wall"):
-        parser.error("--clock must be wall on a GPU: CPU time does not count the GPU's work")
-    args.clock = "wall"
     args.max_steps = budget(args.task, args.difficulty).max_steps
     args.steps = max(1, math.ceil(args.max_steps * args.fraction))
     args.evaluations = sum(1 for step in evaluation_steps(args.max_steps, train.EVALUATION_POINTS)
@@ -56,36 +63,56 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def gpu_run(argv: list[str]) -> None:
-    """One ``train.py`` run on the GPU, its queued work finished before the clock stops."""
-    run([*argv, *GPU])
-    torch.cuda.synchronize()
+def timed_run(argv: list[str], accelerator: str) -> float:
+    """Wall seconds of one ``train.py`` run, its queued device work finished before the clock stops."""
+    started = time.perf_counter()
+    run([*argv, "--accelerator", accelerator, "--devices", "1"])
+    if accelerator == "gpu":
+        torch.cuda.synchronize()
+    return time.perf_counter() - started
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    if not torch.cuda.is_available():
+    began = time.perf_counter()
+    if args.accelerator == "gpu" and not torch.cuda.is_available():
         raise SystemExit("gpu_overhead.py needs a CUDA GPU, and torch.cuda.is_available() is False here "
-                         f"(torch {torch.__version__}); on a CPU, benchmarks/overhead.py measures the overhead")
-    torch.set_num_threads(args.threads)
-    print(f"{args.task}/{args.difficulty} on {torch.cuda.get_device_name()}: {args.steps} of {args.max_steps} steps, "
-          f"{args.evaluations} evaluations, {args.repeats} repeats, wall time")
-    results: dict[str, Any] = {}
+                         f"(torch {torch.__version__}); --accelerator cpu runs it as a smoke test, and "
+                         "benchmarks/overhead.py measures the overhead on a CPU")
+    device = torch.cuda.get_device_name() if args.accelerator == "gpu" else machine()["cpu"]
+    print(f"{args.task}/{args.difficulty} on {device}: {args.steps} of {args.max_steps} steps, {args.evaluations} "
+          f"evaluations, up to {args.repeats} pairs per size, wall time, budget {args.budget:.0f} s", flush=True)
+    results: dict[str, Any] = {"device": device, "task": args.task, "difficulty": args.difficulty,
+                               "steps": args.steps, "max_steps": args.max_steps, "evaluations": args.evaluations,
+                               "torch": str(torch.__version__), "sizes": {}}
+    estimate = 0.0  # seconds of the next pair: the last pair's (the previous, smaller size's for a size's first)
     for size in args.sizes:
-        base = ["--task", args.task, "--difficulty", args.difficulty, "--size", size, "--stop-at-step", str(args.steps)]
-        gpu_run([*base[:-1], str(min(WARMUP_STEPS, args.steps)), "--measures", "none"])  # warm-up
-        times = interleaved({"none": lambda base=base: gpu_run([*base, "--measures", "none"]),
-                             args.measures: lambda base=base: gpu_run([*base, "--measures", args.measures])},
-                            args.repeats, warmup=0, clock=args.clock)
-        none, measured = median(times["none"]), median(times[args.measures])
-        print(f"  size {size}:")
-        for setting, values in times.items():
-            every = ", ".join(f"{v:.2f}" for v in values)
-            print(f"    --measures {setting:<8} median {median(values):8.2f} s  ({every})")
-        print(f"    overhead ratio ({args.measures} / none): {measured / none:.3f}, "
-              f"{(measured - none) / max(args.evaluations, 1) * 1e3:.0f} ms per evaluation")
-        results[size] = {"times": times, "ratio": measured / none}
-    return {"steps": args.steps, "evaluations": args.evaluations, "sizes": results}
+        base = ["--task", args.task, "--difficulty", args.difficulty, "--size", size]
+        warmup = timed_run([*base, "--stop-at-step", str(min(WARMUP_STEPS, args.steps)), "--measures", args.measures],
+                           args.accelerator)
+        pairs: list[dict[str, Any]] = []
+        for i in range(args.repeats):
+            if time.perf_counter() - began + estimate > args.budget:
+                break
+            order = ("none", "measured") if i % 2 == 0 else ("measured", "none")
+            times = {}
+            for setting in order:
+                measures = "none" if setting == "none" else args.measures
+                times[setting] = timed_run([*base, "--stop-at-step", str(args.steps), "--measures", measures],
+                                           args.accelerator)
+            pairs.append({"first": order[0], **times, "ratio": times["measured"] / times["none"]})
+            estimate = times["none"] + times["measured"]
+        ratio = median([p["ratio"] for p in pairs]) if pairs else math.nan
+        results["sizes"][size] = {"warmup_s": warmup, "pairs": pairs, "ratio": ratio}
+        shown = ", ".join(f"{p['none']:.1f}/{p['measured']:.1f} s = {p['ratio']:.3f}" for p in pairs) or "no pair"
+        short = f" (budget: {len(pairs)} of {args.repeats})" if len(pairs) < args.repeats else ""
+        print(f"  size {size}: median ratio {ratio:.3f}{short}; none/default per pair: {shown}", flush=True)
+    results["seconds"] = time.perf_counter() - began
+    print(f"done in {results['seconds']:.0f} s")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    return results
 
 
 if __name__ == "__main__":

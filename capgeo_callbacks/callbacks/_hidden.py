@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 import lightning.pytorch as pl
@@ -55,8 +56,8 @@ class HiddenStateMonitor(MeasureCallback):
     def selector_name(self) -> str:
         return selector_name(self.selector)
 
-    @property
-    def state_key(self) -> str:
+    @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
+    def state_key(self) -> str:  # type: ignore[override]
         return self._generate_state_key(layers=self.layer_patterns, prefix=self.prefix)
 
     @property

@@ -7,6 +7,7 @@ evaluations.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 import lightning.pytorch as pl
@@ -76,8 +77,8 @@ class GradientRankMonitor(GradientMeasureCallback):
         self.batch_size = batch_size
         self.chunk_size = chunk_size
 
-    @property
-    def state_key(self) -> str:
+    @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
+    def state_key(self) -> str:  # type: ignore[override]
         return self._generate_state_key(batch_size=self.batch_size, every_n_evals=self.every_n_evals)
 
     @property

@@ -7,6 +7,7 @@ Top eigenvalues (and optionally the trace) of the loss Hessian on a fixed traini
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import Any
 
 import lightning.pytorch as pl
@@ -96,8 +97,8 @@ class HessianMonitor(GradientMeasureCallback):
         self.tol = tol
         self.seed = seed
 
-    @property
-    def state_key(self) -> str:
+    @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
+    def state_key(self) -> str:  # type: ignore[override]
         return self._generate_state_key(k=self.k, batch_size=self.batch_size, trace=self.trace,
                                         every_n_evals=self.every_n_evals)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from functools import cached_property
 from typing import Any
 
 import lightning.pytorch as pl
@@ -133,8 +134,8 @@ class LLCMonitor(GradientMeasureCallback):
         self.seed = seed
         self.last_estimate: dict[str, Any] = {}
 
-    @property
-    def state_key(self) -> str:
+    @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
+    def state_key(self) -> str:  # type: ignore[override]
         return self._generate_state_key(
             num_chains=self.num_chains, num_draws=self.num_draws, lr=self.lr, localization=self.localization,
             nbeta=self.nbeta, batch_size=self.batch_size, num_batches=self.num_batches, seed=self.seed,

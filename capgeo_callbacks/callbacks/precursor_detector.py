@@ -8,6 +8,7 @@ logged scalars and the series the measure callbacks own; at the end of fitting t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 import lightning.pytorch as pl
@@ -44,9 +45,8 @@ class PrecursorDetector(Callback):
         settings: detection settings (default :class:`~capgeo_callbacks.DetectionSettings()`).
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
         run_info: run facts stored at the top of the summary and read by the rules (task, budget, chance, ...).
-        figure_every_n_evals: also refresh the story figure every n evaluations (0: only at the end), as long as
-            drawing it has cost at most ``figure_budget`` of the time since the last one.
-        figure_budget: the largest share of the training time the live figure may take, in (0, 1].
+        live_figures: also publish the story card where a rule first warns and where acquisition is confirmed (the
+            full story figure and the heatmap are drawn at the end either way).
         record: prefixes of the logged scalars recorded at every evaluation (beside the accuracy), so any rule
             can be re-scored from the summary alone.
         token_acc_monitor: per-token accuracy key, for the chance label (``None`` to skip).
@@ -74,8 +74,8 @@ class PrecursorDetector(Callback):
 
     def __init__(self, monitor: str = VAL_ACC, logprob_monitor: str | None = LOGPROB, rankme_prefix: str = RANKME,
                  settings: DetectionSettings | None = None, on_alert: Callable[[Alert], Any] | None = None,
-                 run_info: Mapping[str, Any] | None = None, figure_every_n_evals: int = 32,
-                 figure_budget: float = 0.01, record: Sequence[str] = ("val/",),
+                 run_info: Mapping[str, Any] | None = None, live_figures: bool = True,
+                 record: Sequence[str] = ("val/",),
                  token_acc_monitor: str | None = TOKEN_ACC, rules: Sequence[Rule] | None = None,
                  loss_monitor: str | None = VAL_LOSS) -> None:
         if isinstance(record, str) or not all(isinstance(prefix, str) and prefix for prefix in record):
@@ -83,13 +83,14 @@ class PrecursorDetector(Callback):
         self.record = tuple(record)
         self.session = RunSession(rules, settings, run_info, monitor=monitor, logprob_key=logprob_monitor,
                                   token_acc_key=token_acc_monitor, rankme_prefix=rankme_prefix, on_alert=on_alert,
-                                  figure_every_n_evals=figure_every_n_evals, figure_budget=figure_budget,
-                                  warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor)
+                                  live_figures=live_figures, warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor)
         self._loss_sum, self._loss_count = 0.0, 0  # training losses since the previous evaluation
-        self._loss_pending: list[torch.Tensor] = []  # this interval's losses, still tensors (no device sync per step)
+        # this interval's losses, still tensors: read on the host only at an evaluation (no device sync in a step)
+        self._loss_pending: list[torch.Tensor] = []
+        self._loss_chunks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sum, count) of each 64 pending
 
-    @property
-    def state_key(self) -> str:
+    @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
+    def state_key(self) -> str:  # type: ignore[override]
         return self._generate_state_key(monitor=self.monitor, rankme_prefix=self.session.tracker.rankme_prefix)
 
     # what the session holds, read through
@@ -121,17 +122,20 @@ class PrecursorDetector(Callback):
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
             self._loss_pending.append(loss.detach())
-            if len(self._loss_pending) >= 64:  # bounded memory; one sync per 64 steps at most
-                self._flush_losses()
+            if len(self._loss_pending) >= 64:  # bounded memory: summed on the device, nothing read back
+                self._loss_chunks.append(_finite_sum(self._loss_pending))
+                self._loss_pending = []
 
     def _flush_losses(self) -> None:
+        """Add the losses held as tensors to the interval's sum and count: at an evaluation or a checkpoint, the
+        only places they are read on the host."""
         if self._loss_pending:
-            # float64: the sum of float32 losses is then exact, so a run resumed mid-interval adds up the same
-            values = torch.stack([value.double().reshape(()) for value in self._loss_pending])
-            finite = values[torch.isfinite(values)]
-            self._loss_sum += float(finite.sum())
-            self._loss_count += int(finite.numel())
+            self._loss_chunks.append(_finite_sum(self._loss_pending))
             self._loss_pending = []
+        for total, count in self._loss_chunks:
+            self._loss_sum += float(total)
+            self._loss_count += int(count)
+        self._loss_chunks = []
 
     def _scalars_now(self, trainer: pl.Trainer) -> dict[str, float]:
         """Every scalar under ``record`` (not the monitor), the mean training loss since the last evaluation and
@@ -159,7 +163,7 @@ class PrecursorDetector(Callback):
             return
         self.session.evaluate(trainer.global_step, float(metrics[self.monitor]), self._scalars_now(trainer),
                               measurements_of(trainer, pl_module), TrainerPublisher(trainer, self.session.warn),
-                              max_steps=trainer.max_steps, directory=lambda: trainer.log_dir)
+                              max_steps=trainer.max_steps)
 
     @override
     @never_fails
@@ -178,4 +182,12 @@ class PrecursorDetector(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.session.load_state_dict(state_dict)
         self._loss_sum, self._loss_count = state_dict.get("loss_since_evaluation", [0.0, 0])
-        self._loss_pending = []
+        self._loss_pending, self._loss_chunks = [], []
+
+
+def _finite_sum(losses: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sum and the count of the finite ``losses``, on their device. In float64: the sum of float32 losses is
+    then exact, so a run resumed mid-interval adds up the same."""
+    values = torch.stack([value.double().reshape(()) for value in losses])
+    finite = torch.isfinite(values)
+    return torch.where(finite, values, 0.0).sum(), finite.sum()

@@ -117,10 +117,10 @@ class HiddenStateCapture:
         """Per layer, the captured rows (N, D) and labels (N,) or None; clears them."""
         out: dict[str, tuple[Tensor, Tensor | None]] = {}
         for name, blocks in self._rows.items():
-            rows = torch.cat(blocks) if blocks else torch.zeros(0, 0)
+            rows = _joined(blocks) if blocks else torch.zeros(0, 0)
             label_blocks = self._labels.get(name, [])
-            labels = torch.cat(label_blocks) if label_blocks else (None if self.labels_fn is None else
-                                                                   torch.zeros(0, dtype=torch.long))
+            labels = _joined(label_blocks) if label_blocks else (None if self.labels_fn is None else
+                                                                 torch.zeros(0, dtype=torch.long))
             out[name] = (rows, labels)
         self._rows, self._labels, self._counts = {}, {}, {}
         self.unlabelled = 0
@@ -156,7 +156,15 @@ class HiddenStateCapture:
                       "labels_fn must give one label per selected row. Batch skipped")
             return
         take = self.num_rows - have
-        self._rows[name].append(rows[:take].to(torch.float32, copy=True))
+        # the kept rows copied once: a built-in selector's gather has made a copy unless it returned a view of the
+        # hidden states (a callable's rows may be any tensor it keeps: always copied)
+        shared = callable(self.selector) or rows.untyped_storage().data_ptr() == hidden.untyped_storage().data_ptr()
+        self._rows[name].append(rows[:take].to(torch.float32, copy=shared))
         if labels is not None:
             self._labels[name].append(labels[:take].to(device=rows.device, dtype=torch.long, copy=True))
         self._counts[name] = have + min(take, rows.shape[0])
+
+
+def _joined(blocks: list[Tensor]) -> Tensor:
+    """The blocks one after another (a single block as it is: the validation set is often one batch)."""
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks)

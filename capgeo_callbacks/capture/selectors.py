@@ -76,11 +76,11 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
     if selector in ANSWER_SELECTORS:
         mask = _mask(batch, mask_key, hidden, selector)
         if selector == "answer":
-            return hidden[mask]
+            return _rows_at(hidden, *mask.nonzero(as_tuple=True))
         has_answer = mask.any(dim=1)
         first = mask.to(torch.int8).argmax(dim=1)  # first answer position of each example
         if selector == "first_answer":
-            return hidden[has_answer, first[has_answer]]
+            return _rows_at(hidden, *has_answer.nonzero(as_tuple=True), first[has_answer])
         positions = torch.arange(hidden.shape[1], device=hidden.device)
         question = (positions[None, :] <= first[:, None])[has_answer]
         summed = torch.where(question[..., None], hidden[has_answer], 0.0).sum(dim=1)
@@ -92,7 +92,7 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
         positions = torch.arange(hidden.shape[1], device=hidden.device)
         last = torch.where(attention, positions, -1).amax(dim=1)
         real = last >= 0
-        return hidden[real, last[real]]
+        return _rows_at(hidden, *real.nonzero(as_tuple=True), last[real])
     if selector == "mean":
         if attention is None:
             return hidden.mean(dim=1)
@@ -100,7 +100,16 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
         real = weights.sum(dim=1) > 0
         summed = torch.where(attention[..., None], hidden, 0.0).sum(dim=1)  # a NaN at a pad position stays out
         return summed[real] / weights.sum(dim=1, keepdim=True)[real]
-    return hidden.flatten(0, 1) if attention is None else hidden[attention]
+    return hidden.flatten(0, 1) if attention is None else _rows_at(hidden, *attention.nonzero(as_tuple=True))
+
+
+def _rows_at(hidden: Tensor, examples: Tensor, positions: Tensor) -> Tensor:
+    """``hidden[examples, positions]`` of (B, T, D) hidden states: one gather of whole rows where the rows are laid
+    out contiguously (several times faster than advanced indexing, which copies element by element; the same
+    values in the same order)."""
+    if not hidden.is_contiguous():
+        return hidden[examples, positions]
+    return hidden.view(-1, hidden.shape[-1]).index_select(0, examples * hidden.shape[1] + positions)
 
 
 def _target_rows(hidden: Tensor, batch: Any, mask_key: str) -> Tensor:

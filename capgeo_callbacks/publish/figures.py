@@ -1,7 +1,7 @@
 """Figures drawn from a run summary: the story of one run, a grid of runs, the layer x step heatmap.
 
-One drawing serves the live callbacks (refreshed during training, logged to every logger and saved as PNG in
-the run folder), the report over a folder of runs, and offline analysis: each takes a summary in the shape
+One drawing serves the live callbacks (a card logged where a run's story changes, the full figure saved as PNG in
+the run folder at the end), the report over a folder of runs, and offline analysis: each takes a summary in the shape
 of ``capgeo_summary.json`` (docs/design.md, "Summary"). Drawn with matplotlib's Agg canvas, without
 pyplot, so nothing global changes and nothing opens a window.
 """

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +42,7 @@ from capgeo_callbacks.publish.loggers import save_png
 from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.publish.text import verdict_table
 from capgeo_callbacks.rules.base import Rule, rule_from_record, rule_record
-from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int
+from capgeo_callbacks.run.failures import WarnOnce, check_callable
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME, json_safe, write_summary
 from capgeo_callbacks.run.tracker import RunTracker, TrackerUpdate, record_of
 
@@ -86,9 +85,10 @@ class RunSession:
         loss_key: the validation loss's tag among the scalars (None: none). The three are recorded, and read by the
             rules, as ``val/logprob``, ``val/token_acc`` and ``val/loss`` whatever the user named them.
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
-        figure_every_n_evals: also refresh the story figure every n evaluations (0: only at the end), as long as
-            drawing it has cost at most ``figure_budget`` of the time since the last one.
-        figure_budget: the largest share of the training time the live figure may take, in (0, 1].
+        live_figures: also publish the story card at the evaluations that change the story: where a rule raises its
+            first run alert and where acquisition is confirmed (the full figure, saved beside the summary, and the
+            heatmap are drawn at the end, with or without it). A figure is not a series: drawing it at every
+            evaluation would cost more than every measure together.
         warn: how problems are reported once (default: a warning on rank zero).
 
     Raises:
@@ -99,8 +99,7 @@ class RunSession:
                  run_info: Mapping[str, Any] | None = None, *, monitor: str = VAL_ACC,
                  logprob_key: str | None = LOGPROB, token_acc_key: str | None = TOKEN_ACC,
                  rankme_prefix: str = RANKME, on_alert: Callable[[Alert], Any] | None = None,
-                 figure_every_n_evals: int = 0, figure_budget: float = 0.01, warn: WarnOnce | None = None,
-                 loss_key: str | None = VAL_LOSS) -> None:
+                 live_figures: bool = False, warn: WarnOnce | None = None, loss_key: str | None = VAL_LOSS) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"monitor must be a metric key (a non-empty string), got {monitor!r}")
         for name, key in (("logprob_key", logprob_key), ("token_acc_key", token_acc_key), ("loss_key", loss_key)):
@@ -109,19 +108,18 @@ class RunSession:
         if not isinstance(rankme_prefix, str) or not rankme_prefix.endswith("/") or len(rankme_prefix) < 2:
             raise ValueError(f"rankme_prefix must be a tag prefix ending in '/', got {rankme_prefix!r}")
         check_callable("on_alert", on_alert, "alert -> None")
-        check_positive_int("figure_every_n_evals", figure_every_n_evals, 0)
-        if isinstance(figure_budget, bool) or not isinstance(figure_budget, (int, float)) or not 0 < figure_budget <= 1:
-            raise ValueError(f"figure_budget must be a share of the training time in (0, 1], got {figure_budget!r}")
+        if not isinstance(live_figures, bool):
+            raise ValueError(f"live_figures must be True or False, got {live_figures!r}")
         self.tracker = RunTracker(rules, settings, run_info, monitor, logprob_key, token_acc_key, rankme_prefix,
                                   loss_key)
         self.on_alert = on_alert
-        self.figure_every_n_evals, self.figure_budget = figure_every_n_evals, float(figure_budget)
+        self.live_figures = live_figures
         self.warn = warn if warn is not None else WarnOnce("capgeo")
         self.is_zero = True  # side effects (announcing, publishing, files) on rank zero only; detection everywhere
         self.summary: dict[str, Any] = {}  # the latest summary built
         self.layout_published = False
         self._written = False
-        self._figure_cost, self._figure_time = 0.0, time.perf_counter()
+        self._acquired = False  # whether the story card has been published for acquisition
 
     # the record, read through
     @property
@@ -163,20 +161,16 @@ class RunSession:
 
     def evaluate(self, step: int, acc: float, scalars: Mapping[str, float] | None = None,
                  measured: Measurements | None = None, publisher: Publisher | None = None, *,
-                 max_steps: int | None = None, directory: Callable[[], str | Path | None] | None = None
-                 ) -> TrackerUpdate:
+                 max_steps: int | None = None) -> TrackerUpdate:
         """Record one evaluation and run the rules; on rank zero, say once which rules are left out, announce
-        each new alert, and publish the forecasts and the dashboard's series at ``step``. Every
-        ``figure_every_n_evals`` evaluations the story figure is refreshed (and saved in ``directory()``, asked on
-        every rank: under DDP it may be a collective)."""
+        each new alert, and publish the forecasts and the dashboard's series at ``step``. With ``live_figures``,
+        the story card too where the story changes (:meth:`story_changed`)."""
         measured = measured if measured is not None else Measurements()
         publisher = publisher if publisher is not None else Publisher()
         update = self.tracker.update(step, acc, scalars, measured.series)
         for name, missing in update.left_out.items():
             self.warn(f"needs:{name}", f"rule {name!r} is left out of this run: it needs "
                       + "; ".join(f"{key_words(key)} ({how_to_record(key)})" for key in missing))
-        due = bool(self.figure_every_n_evals) and len(self.acc) % self.figure_every_n_evals == 0
-        folder = directory() if due and directory is not None else None
         if not self.is_zero:
             return update
         for alert in update.alerts:
@@ -186,12 +180,19 @@ class RunSession:
         shown.update(dashboard_scalars(by_layer(measured.series, self.tracker.rankme_prefix), step, early_end,
                                        sum(alert.kind == "run" for alert in self.alerts)))
         publisher.scalars(shown, step)
-        if due and self._figure_cost <= self.figure_budget * (time.perf_counter() - self._figure_time):
-            started = time.perf_counter()
-            self.publish_figures(publisher, self.build_summary(measured), step, folder, heatmap=False)
-            self._figure_time = time.perf_counter()
-            self._figure_cost = self._figure_time - started
+        if self.live_figures and self.story_changed(update):
+            self.publish_figures(publisher, self.build_summary(measured), step, None, heatmap=False)
         return update
+
+    def story_changed(self, update: TrackerUpdate) -> bool:
+        """Whether the evaluation ``update`` reports is a point of the run's story: a rule's first run alert, or
+        the evaluation at which acquisition is confirmed."""
+        before = self.alerts[: len(self.alerts) - len(update.alerts)]
+        warned = {alert.rule for alert in before if alert.kind == "run"}
+        first_warning = any(alert.kind == "run" and alert.rule not in warned for alert in update.alerts)
+        acquired = not self._acquired and self.acquired_step is not None
+        self._acquired = self._acquired or acquired
+        return first_warning or acquired
 
     def announce(self, alert: Alert, publisher: Publisher) -> None:
         """An alert, once: a ``logging`` warning, the publisher's alert, and ``on_alert``."""
@@ -265,6 +266,7 @@ class RunSession:
         """Restore the record (the configuration is the one this session was built with), from this layout or an
         earlier one (:func:`~capgeo_callbacks.run.tracker.record_of`)."""
         self.tracker.load_state_dict(record_of(state, self.tracker.logprob_key))
+        self._acquired = self.acquired_step is not None
         self.layout_published = bool(state.get("layout_published", state.get("layout_written", False)))
 
     @classmethod

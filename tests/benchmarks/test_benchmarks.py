@@ -83,3 +83,40 @@ def test_overhead_component_clock_counts_nested_time_once() -> None:
     with ComponentClock("cpu").installed():
         assert RankMeMonitor.on_validation_epoch_end is not hook
     assert RankMeMonitor.on_validation_epoch_end is hook  # restored
+
+
+def test_gpu_overhead_runs_on_the_cpu_as_a_smoke_test(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import gpu_overhead
+
+    results = gpu_overhead.main(["--accelerator", "cpu", "--task", "mod", "--difficulty", "hard", "--sizes", "xs",
+                                 "--fraction", "0.002", "--repeats", "1", "--budget", "300"])
+    (pair,) = results["sizes"]["xs"]["pairs"]
+    assert results["steps"] == 6 and pair["ratio"] == pair["measured"] / pair["none"] > 0
+    assert "size xs: median ratio" in capsys.readouterr().out
+
+
+def test_overhead_tables_from_results_files(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from benchmarks import overhead
+
+    def level(task: str, ratios: list[float]) -> dict:
+        pairs = [{"first": "none", "none": 10.0, "measured": 10.0 * r, "ratio": r,
+                  "components": {"RankMeMonitor": 0.1 * r, "figures": 0.05}} for r in ratios]
+        return {"task": task, "difficulty": "easy", "steps": 20, "budget": 100, "evaluations": 10, "fraction": 0.2,
+                "measures": "default", "pairs": pairs, "load_average": {"start": [1.0, 1, 1], "end": [2.0, 1, 1]},
+                "finished": "2026-12-05T00:00:00+00:00",
+                "provenance": {"commit": "abcdef0123", "uncommitted": [], "clock": "cpu", "threads": 1, "options": {},
+                               "machine": {"cpu": "Some CPU", "cores": 2, "node": "vm"}, "torch": "2.13.0"}}
+
+    for task, ratios in (("copy", [1.01, 1.05, 1.02]), ("mod", [1.04, 1.05, 1.00])):
+        (tmp_path / f"{task}-easy.json").write_text(json.dumps(level(task, ratios)))
+    overhead.main(["table", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "| copy | easy | 20 (100) | 10 | 10.0, 10.0, 10.0 | 10.1, 10.5, 10.2 | 1.010, 1.050, 1.020 | 1.020 |" in out
+    assert "| mod | easy |" in out and "| **1.040** |" in out  # the median of the pairs' ratios, above 1.03 in bold
+    assert "| 10.2 | 5.0 |" in out  # RankMe and figures, ms per evaluation (median over the measured runs)
+    assert "Ratio <= 1.03 on **1 of 2** levels; median 1.030, largest 1.040 (mod easy)." in out
+    assert "Some CPU, 2 cores (vm)" in out and "abcdef0" in out
+    overhead.main(["line", str(tmp_path)])
+    assert "1 of 2 at most 1.03" in capsys.readouterr().out

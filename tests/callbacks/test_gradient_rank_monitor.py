@@ -184,7 +184,7 @@ def test_under_ddp_every_rank_measures_rank_zeros_batch(tmp_path: Path) -> None:
     from capgeo_callbacks.callbacks.llc_monitor import LLCMonitor, detached_from_trainer
     from capgeo_callbacks.measures.hessian import hessian_top_eigenvalues
     from capgeo_callbacks.measures.llc import estimate_llc
-    from capgeo_callbacks.measures.probes import linear_probe_accuracy
+    from capgeo_callbacks.measures.probes import distinct_split, linear_probe_accuracy
 
     monitors = [
         GradientRankMonitor(loss_fn=tuple_loss, batch_size=32),
@@ -225,13 +225,15 @@ def test_under_ddp_every_rank_measures_rank_zeros_batch(tmp_path: Path) -> None:
     assert logged["hessian/eig_0"] == pytest.approx(float(eig[0]), rel=1e-5)
     assert logged["llc"] == pytest.approx(llc, rel=1e-4, abs=1e-6)
 
-    # probe rows gathered in rank order: rank zero's validation examples (even, unshuffled) fit, rank one's
-    # (odd) are scored
+    # probe rows gathered in rank order (rank zero's validation examples, even and unshuffled, then rank one's,
+    # odd), split as the monitor splits them: about the first half fits, with no input shared by the halves
     rows: list[Tensor] = []
     handle = model.encoder.layers[1].register_forward_hook(lambda m, a, out: rows.append(out.mean(dim=1)))
     vx, vy = sum_mod_data(256, 1).tensors
     with torch.no_grad():
         model(vx)
     handle.remove()
-    expected = linear_probe_accuracy(rows[0][0::2], vy[0::2], rows[0][1::2], vy[1::2])
+    gathered, labels = torch.cat([rows[0][0::2], rows[0][1::2]]), torch.cat([vy[0::2], vy[1::2]])
+    fit = distinct_split(gathered)
+    expected = linear_probe_accuracy(gathered[fit], labels[fit], gathered[~fit], labels[~fit])
     assert logged["probe_acc/encoder.layers.1"] == pytest.approx(expected, abs=1e-6)

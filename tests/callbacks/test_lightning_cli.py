@@ -141,7 +141,7 @@ def test_callbacks_from_yaml_are_built_and_measure(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "capgeo_summary.json").read_text())
     assert summary["settings"]["min_drop"] == 0.4
     assert summary["task"] == "copy"
-    assert summary["selectors"] == {"rankme": "first_answer", "probe_acc": "answer"}
+    assert summary["selectors"] == {"rankme": "first_answer", "probe_acc": "target"}  # the probes' default
     assert [p[0] for p in summary["series"]["acc"]] == steps
     assert set(summary["layers"]) == {"blocks.0", "blocks.1", "norm_f"}
 

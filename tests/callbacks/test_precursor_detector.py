@@ -60,6 +60,9 @@ def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
     tags = events.Tags()
     assert "rankme/last" in tags["scalars"] and "val/acc" in tags["scalars"]
     assert {"capgeo/rankme_heatmap", "capgeo/story"} <= set(tags["images"])
+    # the story card where the story changes: the run alert (90), acquisition at 120 confirmed at 140 (patience 3),
+    # and the end (200); not at every evaluation
+    assert [image.step for image in events.Images("capgeo/story")] == [90, 140, 10 * len(RANKME)]
     assert (tmp_path / "capgeo_story.png").read_bytes()[:4] == b"\x89PNG"  # the story, beside the summary
     text_tags = [t for t in tags["tensors"] if t.startswith("capgeo/")]
     assert any(t.startswith("capgeo/alerts") for t in text_tags)

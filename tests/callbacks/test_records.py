@@ -50,7 +50,7 @@ def fit(root: Path, max_steps: int, detector: PrecursorDetector, ckpt_path: str 
 
 
 def test_every_val_scalar_the_loss_since_the_last_evaluation_and_the_lr(tmp_path: Path) -> None:
-    detector = PrecursorDetector(logprob_monitor=None, figure_every_n_evals=0)
+    detector = PrecursorDetector(logprob_monitor=None, live_figures=False)
     fit(tmp_path, 15, detector)
     assert detector.acc == [[5, pytest.approx(0.1)], [10, pytest.approx(0.2)], [15, pytest.approx(0.3)]]
     assert set(detector.scalars) == {"val/token_acc", "train/loss", "lr"}  # not the monitor, not other/
@@ -64,11 +64,11 @@ def test_every_val_scalar_the_loss_since_the_last_evaluation_and_the_lr(tmp_path
 
 
 def test_a_resumed_run_records_the_same_series(tmp_path: Path) -> None:
-    whole = PrecursorDetector(logprob_monitor=None, figure_every_n_evals=0)
+    whole = PrecursorDetector(logprob_monitor=None, live_figures=False)
     fit(tmp_path / "whole", 15, whole)
-    first = PrecursorDetector(logprob_monitor=None, figure_every_n_evals=0)
+    first = PrecursorDetector(logprob_monitor=None, live_figures=False)
     trainer = fit(tmp_path / "first", 7, first)  # stops mid-interval: losses of steps 5 and 6 pending
     trainer.save_checkpoint(tmp_path / "mid.ckpt")
-    second = PrecursorDetector(logprob_monitor=None, figure_every_n_evals=0)
+    second = PrecursorDetector(logprob_monitor=None, live_figures=False)
     fit(tmp_path / "second", 15, second, ckpt_path=str(tmp_path / "mid.ckpt"))
     assert second.scalars == whole.scalars and second.acc == whole.acc

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.usefixtures("offline_loggers")
 
 def run(logger: Logger, root: Path) -> PrecursorDetector:
     detector = PrecursorDetector(logprob_monitor=None, settings=DetectionSettings(smoothing=1), run_info=RUN_INFO,
-                                 figure_every_n_evals=0)
+                                 live_figures=False)
     trainer = Trainer(max_steps=STEPS, val_check_interval=INTERVAL, check_val_every_n_epoch=None, accelerator="cpu",
                       logger=logger, callbacks=[ScriptedMeasure(), detector], enable_progress_bar=False,
                       enable_model_summary=False, num_sanity_val_steps=0, enable_checkpointing=False,

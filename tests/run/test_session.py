@@ -23,12 +23,16 @@ class Recorded(Publisher):
     def __init__(self) -> None:
         self.scalars_at: dict[int, dict[str, float]] = {}
         self.alerts: list[str] = []
+        self.images: list[tuple[str, int]] = []
 
     def scalars(self, values: Mapping[str, float], step: int) -> None:
         self.scalars_at.setdefault(step, {}).update(values)
 
     def alert(self, title: str, text: str, step: int) -> None:
         self.alerts.append(text)
+
+    def image(self, tag: str, image: object, step: int) -> None:
+        self.images.append((tag, step))
 
 
 def test_rules_without_their_inputs_say_once_what_to_log_and_stay_silent() -> None:
@@ -97,3 +101,31 @@ def test_a_session_rebuilds_from_its_state() -> None:
     assert rebuilt.acc == []  # configured as the run was, with an empty record
     rebuilt.load_state_dict(state)
     assert rebuilt.acc == session.acc and rebuilt.tracker.left_out == session.tracker.left_out
+
+
+def test_the_story_card_is_drawn_where_the_story_changes_and_survives_a_resume() -> None:
+    def feed(session: RunSession, publisher: Recorded, indices: range) -> None:
+        for i in indices:
+            measured["rankme/last"].append([STEPS[i], PRECURSOR_RANKME[i]])
+            measured["probe_acc/last"].append([STEPS[i], 0.1 if i < 6 else 0.7])
+            session.evaluate(STEPS[i], PRECURSOR_ACC[i], {"val/token_acc": TOKEN_ACC[i]}, Measurements(measured),
+                             publisher)
+
+    rules = default_rules(DetectionSettings(smoothing=1))
+    measured: dict[str, list[list[float]]] = {"rankme/last": [], "probe_acc/last": []}
+    session, publisher = RunSession(rules, run_info=INFO, live_figures=True), Recorded()
+    feed(session, publisher, range(len(STEPS)))
+    first_warnings = sorted({min(a.step for a in session.alerts if a.rule == rule and a.kind == "run")
+                             for rule in {a.rule for a in session.alerts}})
+    confirmed = STEPS[[s for s, _ in session.acc].index(session.acquired_step) + session.settings.patience - 1]
+    assert [step for _, step in publisher.images] == sorted({*first_warnings, confirmed})
+    assert len(publisher.images) < len(STEPS) // 2
+
+    measured = {"rankme/last": [], "probe_acc/last": []}  # the same run, resumed after its last warning
+    first = RunSession(rules, run_info=INFO, live_figures=True)
+    feed(first, Recorded(), range(18))
+    resumed, publisher = RunSession(rules, run_info=INFO, live_figures=True), Recorded()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    feed(resumed, publisher, range(18, len(STEPS)))
+    assert publisher.images == []  # acquisition (confirmed at step 1,700) was drawn before the resume
+    assert RunSession(rules, run_info=INFO).live_figures is False  # the default of a bare session: the end only
