@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,11 +84,12 @@ def counting_host_reads(trainer: Trainer, callbacks: list[Callback]) -> Iterator
 SCHEDULE = [0, 1, 2, 4, 8, 70, 140]  # more than 64 steps between two evaluations
 
 
-def train_watching(callbacks: list[Callback], watched: list[Callback], steps: int = 140) -> list[str]:
-    """Train TinyAnswerLM for ``steps`` with ``callbacks`` and return the host reads made in the training hooks of
-    ``watched``."""
+def train_watching(callbacks: list[Callback], watched: list[Callback], root: Path, steps: int = 140) -> list[str]:
+    """Train TinyAnswerLM for ``steps`` with ``callbacks`` (files under ``root``) and return the host reads made in
+    the training hooks of ``watched``."""
     seed_everything(0, verbose=False)
     trainer = Trainer(max_steps=steps, val_check_interval=1, check_val_every_n_epoch=None, logger=False,
+                      default_root_dir=root,
                       callbacks=callbacks,
                       enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
                       num_sanity_val_steps=0, accelerator="cpu")
@@ -98,11 +100,11 @@ def train_watching(callbacks: list[Callback], watched: list[Callback], steps: in
     return reads.calls
 
 
-def test_the_default_callbacks_read_nothing_on_the_host_in_a_training_step() -> None:
+def test_the_default_callbacks_read_nothing_on_the_host_in_a_training_step(tmp_path: Path) -> None:
     detector = PrecursorDetector(monitor="val_acc")
     callbacks = [*build_measure_callbacks(default_measures(), {"probes": {"every_n_evals": 1}}), detector,
                  EvaluationSchedule(steps=SCHEDULE)]
-    assert train_watching(callbacks, callbacks) == []
+    assert train_watching(callbacks, callbacks, tmp_path) == []
     assert [int(step) for step, _ in detector.tracker.scalars["train/loss"]] == SCHEDULE[1:]  # every interval's loss
     assert {tag.split("/")[0] for tag in detector.summary["series"]} >= {"rankme", "probe_acc"}
 
@@ -115,6 +117,7 @@ class ReadsTheLoss(Callback):
 
 
 @pytest.mark.parametrize("reader", [ReadsTheLoss])
-def test_a_callback_that_reads_the_loss_every_step_is_caught(reader: type[Callback]) -> None:
+def test_a_callback_that_reads_the_loss_every_step_is_caught(reader: type[Callback], tmp_path: Path) -> None:
     callback = reader()
-    assert train_watching([callback, EvaluationSchedule(steps=SCHEDULE)], [callback], steps=20).count("__float__") == 20
+    reads = train_watching([callback, EvaluationSchedule(steps=SCHEDULE)], [callback], tmp_path, steps=20)
+    assert reads.count("__float__") == 20
