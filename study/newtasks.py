@@ -23,9 +23,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from capgeo_callbacks.rules import make_rule
+from capgeo_callbacks.rules import make_rule, rule_output
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs, warning_scores
 from capgeo_callbacks.scoring.scores import Rate, error_text, warning_table
@@ -126,8 +127,9 @@ def targets(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     for name in found["forecast_comparators"]:
         theirs = half[name]["median_error"]
         met = ours is not None and theirs is not None and ours < theirs
-        by = ("" if met or ours is None or theirs is None or math.isinf(ours) and math.isinf(theirs)
-              else f" (by {ours - theirs:.2f})" if math.isfinite(ours - theirs) else " (no forecast at 50%)")
+        by = ("" if met or ours is None or theirs is None
+              else " (neither forecasts on most runs at 50%)" if math.isinf(ours) and math.isinf(theirs)
+              else f" (by {ours - theirs:.2f})" if math.isfinite(ours) else " (no forecast on most runs at 50%)")
         rows.append((f"{default}'s error at 50% below {name}'s", f"{error_text(half[default])} against "
                      f"{error_text(half[name])}", ("met" if met else "missed") + by))
     coverage: Rate = half[default]["coverage"]
@@ -164,6 +166,50 @@ def runs_table(runs: Sequence[ScoredRun]) -> list[str]:
     return lines
 
 
+def steady_forecasts(runs: Sequence[ScoredRun], name: str) -> list[dict[str, Any]]:
+    """Per acquired run, the forecast ``name`` made where it began to forecast at every evaluation up to acquisition
+    (before it, it said nothing or 'not within reach' at least once): when (share of the time to acquisition),
+    whether its interval held the actual step, and its width relative to that step; share None where its last
+    evaluation before acquisition had no forecast."""
+    rule, found = make_rule(name), []
+    for run in runs:
+        if run.acquisition is None or run.control:
+            continue
+        before = [end for end in range(1, len(run.view.steps) + 1) if run.view.steps[end - 1] < run.acquisition]
+        made = None
+        for end in reversed(before):
+            forecast = rule_output(rule, run.view.prefix(end), []).forecast
+            if forecast is None or not math.isfinite(forecast.predicted):
+                break
+            made = forecast
+        entry: dict[str, Any] = {"run": run, "share": None, "held": None, "width": None}
+        if made is not None:
+            high = math.inf if made.high is None else made.high
+            low = -math.inf if made.low is None else made.low
+            entry.update(share=made.step / run.acquisition, held=low <= run.acquisition <= high,
+                         width=(high - low) / run.acquisition)
+        found.append(entry)
+    return found
+
+
+def act_on(runs: Sequence[ScoredRun], name: str) -> str:
+    """What a user can act on: from when on the default forecaster speaks steadily, how often its interval holds
+    then, how wide it is."""
+    found = steady_forecasts(runs, name)
+    made = [entry for entry in found if entry["share"] is not None]
+    if not made:
+        return f"{name} was silent at the last evaluation before acquisition on all {len(found)} acquired runs."
+    shares = sorted(entry["share"] for entry in made)
+    widths = [entry["width"] for entry in made]
+    return (f"{name} forecast at every evaluation from some point up to acquisition on {len(made)} of the "
+            f"{len(found)} acquired runs (on the others it was silent just before acquisition); that point came at a "
+            f"median {float(np.median(shares)):.2f} of the time to acquisition "
+            f"(range {shares[0]:.2f}-{shares[-1]:.2f}). "
+            f"The forecast made there held the actual step in its interval on "
+            f"{Rate(sum(bool(e['held']) for e in made), len(made))} runs, its interval a median "
+            f"{float(np.median(widths)):.2f} of the acquisition step wide.")
+
+
 def cost_lines(runs: Sequence[ScoredRun]) -> list[str]:
     pilots, count = _pilot_cpu_seconds()
     registered = sum(run.summary["cpu_seconds"] for run in runs)
@@ -197,25 +243,31 @@ def page(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
         "## The runs", "", *runs_table(runs), "",
         "## Targets (registered)", "", "| target | measured | verdict |", "| --- | --- | --- |",
         *[f"| {a} | {b} | {c} |" for a, b, c in targets(s)], "",
+        "## What a user can act on", "", act_on(runs, found["forecaster"]["default"]), "",
         "## Warnings", "", warning_table(list(s["warnings"].values())), "",
         "## Forecasts", "", forecast_table(list(s["forecasts"].values())), "",
         "## Cost", "", *cost_lines(runs), ""])
 
 
 def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
-    """README.md's table: the default warnings and forecaster beside their comparators, with n and intervals."""
+    """README.md's table: the default warnings and forecaster beside loss-onset and the comparator forecaster with
+    the lowest error at 50%, with n and intervals; then what a user can act on."""
     s = scored(path, folder)
-    found = s["registration"]
-    lines = ["| on a task nobody calibrated | precision | recall | false alarms on controls | "
-             "forecast error at 50% | its interval holds the step |", "| --- | --- | --- | --- | --- | --- |"]
+    found, runs = s["registration"], s["runs"]
+    acquired = sum(run.acquisition is not None and not run.control for run in runs)
+    lines = [f"| {len(found['families'])} new task families, {acquired} acquired runs, "
+             f"{sum(run.control for run in runs)} controls | precision | false alarms on controls | "
+             "forecast error at 50% | interval holds the step |", "| --- | --- | --- | --- | --- |"]
     for name in [*found["warnings"]["default"], *found["warnings"]["comparators"]]:
         score = s["warnings"][name]
-        lines.append(f"| {name} (warning) | {score['precision']} | {score['recall']} | "
-                     f"{score['false_alarms_controls']} | | |")
-    for name, score in s["forecasts"].items():
-        half = score["fractions"]["0.5"]
-        lines.append(f"| {name} (forecast) | | | | {error_text(half)} (n={half['n']}) | {half['coverage']} |")
-    return "\n".join(lines)
+        lines.append(f"| {name} (warning) | {score['precision']} | {score['false_alarms_controls']} | | |")
+    half = {name: score["fractions"]["0.5"] for name, score in s["forecasts"].items()}
+    best = min(found["forecast_comparators"], key=lambda name: (half[name]["median_error"], name))
+    for name, role in ((found["forecaster"]["default"], "default forecast"), (best, "best comparator")):
+        lines.append(f"| {name} ({role}) | | | {error_text(half[name])} (n={half[name]['n']}) | "
+                     f"{half[name]['coverage']} |")
+    return "\n".join([*lines, "", act_on(runs, found["forecaster"]["default"]) +
+                      " Every registered target and comparator: [docs/newtasks.md](docs/newtasks.md)."])
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -73,6 +73,8 @@ PAGES: tuple[tuple[str, str, Callable[[], str], str, str | None], ...] = (
      "The pre-registered held-out test", None),
     ("docs/user-forecast.md", "python -m study.user_forecast report", _page("study.user_forecast", "page"),
      "The forecast without calibration", "## By set"),
+    ("docs/newtasks.md", "python -m study.newtasks report", _page("study.newtasks", "page"),
+     "On a task nobody calibrated: the registered test on new task families", "## Warnings"),
     ("docs/stopping.md", "python -m study.stopping --out docs/stopping.md", _page("study.stopping", "page"),
      "Stopping runs early: the capability stopper, ASHA and median stopping", None),
 )

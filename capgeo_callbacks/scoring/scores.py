@@ -278,8 +278,13 @@ def error_text(entry: Mapping[str, Any]) -> str:
     median, interval = entry["median_error"], entry["interval"]
     text = "-" if median is None else ("none" if math.isinf(median) else f"{median:.2f}")
     if interval and math.isfinite(median or math.inf):
-        text += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+        text += f" [{_bound(interval[0])}, {_bound(interval[1])}]"
     return text
+
+
+def _bound(value: float) -> str:
+    # a percentile between two infinite medians (runs without a forecast) is NaN in numpy: the bound is infinite
+    return "inf" if not math.isfinite(value) else f"{value:.2f}"
 
 
 def forecast_table(scores: Sequence[Mapping[str, Any]]) -> str:
