@@ -14,7 +14,7 @@ ALERTS_TAG = "capgeo/alerts_raised"  # how many run alerts have been raised, at 
 
 def custom_scalars_layout(
     rankme_tags: Sequence[str], acc_tag: str, logprob_tag: str | None = None,
-    other_tags: Sequence[str] = (), early_share: float | None = None,
+    other_tags: Sequence[str] = (), early_share: float | None = None, loss_tag: str | None = None,
 ) -> dict[str, dict[str, list]]:
     """A custom-scalars layout that reads at TensorBoard's default settings.
 
@@ -22,7 +22,8 @@ def custom_scalars_layout(
     deepest layer first, each layer's RankMe over the early part of the budget (``rankme_early/``, logged only
     there, so the chart's step axis spans the collapse instead of squeezing it into the first pixels) with its
     lowest value so far (``rankme_floor/``: a plateau, which "ignore outliers" never clips, where a one-point
-    trough would be); then all layers over the whole run and the log-prob.
+    trough would be); then all layers over the whole run, and the answer's log-prob and the validation loss in one
+    chart (a user's model often logs only the loss: the chart shows whichever was logged).
     """
     early = f"first {early_share:.0%} of the budget" if early_share else "early steps"
     charts: dict[str, list] = {f"accuracy ({acc_tag})": ["Multiline", [re.escape(acc_tag)]],
@@ -34,8 +35,10 @@ def custom_scalars_layout(
             "Multiline", [re.escape(EARLY_PREFIX + layer), re.escape(FLOOR_PREFIX + layer)]]
     every_layer = [re.escape(tag) for tag in rankme_tags] or [re.escape(RANKME) + ".*"]
     charts["RankMe, all layers, whole run"] = ["Multiline", every_layer]
-    if logprob_tag:
-        charts[f"log-prob ({logprob_tag})"] = ["Multiline", [re.escape(logprob_tag)]]
+    shown = [tag for tag in (logprob_tag, loss_tag) if tag]
+    if shown:
+        charts[" and ".join(f"{what} ({tag})" for what, tag in (("log-prob", logprob_tag), ("loss", loss_tag))
+                            if tag)] = ["Multiline", [re.escape(tag) for tag in shown]]
     layout = {"capgeo: RankMe per layer vs accuracy": charts}
     if other_tags:
         layout["capgeo: other measures"] = {tag: ["Multiline", [re.escape(tag)]] for tag in other_tags}

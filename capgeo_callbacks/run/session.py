@@ -157,7 +157,8 @@ class RunSession:
         if self.is_zero and not self.layout_published:
             self.layout_published = True
             publisher.layout(custom_scalars_layout([t for t in rankme_tags if t.startswith(self.tracker.rankme_prefix)],
-                                                   self.monitor, self.tracker.logprob_key, early_share=EARLY_SHARE))
+                                                   self.monitor, self.tracker.logprob_key, early_share=EARLY_SHARE,
+                                                   loss_tag=self.tracker.loss_key))
 
     def evaluate(self, step: int, acc: float, scalars: Mapping[str, float] | None = None,
                  measured: Measurements | None = None, publisher: Publisher | None = None, *,

@@ -16,6 +16,13 @@ def test_layout_puts_accuracy_beside_each_layer_deepest_first() -> None:
                                                             r"rankme/norm_f"]
 
 
+def test_the_loss_shares_the_log_probs_chart_so_a_run_logging_only_the_loss_fills_it() -> None:
+    (category,) = custom_scalars_layout(["rankme/x"], "val/acc", "val/logprob", loss_tag="val/loss").values()
+    assert category["log-prob (val/logprob) and loss (val/loss)"] == ["Multiline", [r"val/logprob", r"val/loss"]]
+    (category,) = custom_scalars_layout(["rankme/x"], "val/acc", None, loss_tag="my/loss").values()
+    assert category["loss (my/loss)"] == ["Multiline", [r"my/loss"]]
+
+
 def test_dashboard_scalars_are_early_only_and_the_floor_is_the_lowest_so_far() -> None:
     from capgeo_callbacks.publish.dashboard import dashboard_scalars
 
