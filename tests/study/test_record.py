@@ -27,8 +27,9 @@ def test_every_generated_page_and_passage_is_what_the_corpus_gives(regenerated: 
 def test_the_readme_first_screen_is_generated(regenerated: dict) -> None:
     readme = regenerated[summary.ROOT / "README.md"]
     commands = [match.group(1) for match in summary.PASSAGE.finditer(readme)]
-    assert commands[:4] == ["python -m study.heldout brief", "python -m study.heldout study-rule",
-                            "python -m study.ablation sentence", "python -m study.main_command"]
+    assert commands[:5] == ["python -m study.heldout brief", "python -m study.heldout study-rule",
+                            "python -m study.ablation sentence", "python -m study.newtasks readme",
+                            "python -m study.main_command"]
     assert all(match.group(2).strip() for match in summary.PASSAGE.finditer(readme))
 
 
