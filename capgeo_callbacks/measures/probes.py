@@ -119,6 +119,17 @@ def linear_probe_accuracy(
     return float((predicted == test_y.to(device)).double().mean())
 
 
+def _splitmix64(index: int) -> int:
+    """A fixed pseudo-random signed 64-bit integer for ``index`` (SplitMix64's output function): the weights that
+    turn a row of integer keys into one number. Weights in arithmetic progression would not do: rows whose keys
+    have equal weighted sums would share a number."""
+    z = (index + 1) * 0x9E3779B97F4A7C15 % 2**64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 % 2**64
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB % 2**64
+    z ^= z >> 31
+    return z - 2**64 if z >= 2**63 else z
+
+
 def distinct_split(rows: Tensor) -> Tensor:
     """Which rows (N x D, in a fixed order) the probe is fit on: about the first half, with no row of the rest equal
     to one of them. Rows equal to ``DISTINCT_DIGITS`` significant digits relative to their norm (a validation set
@@ -135,7 +146,12 @@ def distinct_split(rows: Tensor) -> Tensor:
         return torch.ones(n, dtype=torch.bool)
     x = rows.detach().to(device="cpu", dtype=torch.float64)
     keys = torch.round(x / x.norm(dim=1, keepdim=True).clamp_min(1e-30) * 10**DISTINCT_DIGITS)
-    _, group = torch.unique(keys, dim=0, return_inverse=True)
+    # one integer per row, summed exactly (integer sums do not depend on their order, float ones do): equal rows give
+    # equal numbers, so grouping on it never splits an input across the halves (two different rows sharing a number,
+    # which pseudo-random 64-bit weights make vanishingly rare, would only join their groups); a sort of N numbers
+    # instead of N rows
+    weights = torch.tensor([_splitmix64(j) for j in range(x.shape[1])], dtype=torch.long)
+    _, group = torch.unique((keys.long() * weights).sum(dim=1), return_inverse=True)
     groups = int(group.max()) + 1
     first = torch.full((groups,), n, dtype=torch.long).scatter_reduce(0, group, torch.arange(n), reduce="amin")
     ranked = torch.argsort(first)  # the groups in the order they first appear

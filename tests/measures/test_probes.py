@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from capgeo_callbacks.measures.probes import linear_probe_accuracy
+from capgeo_callbacks.measures.probes import DISTINCT_DIGITS, distinct_split, linear_probe_accuracy
 
 
 def encoded_states(num: int, dim: int, classes: int, noise: float, seed: int) -> tuple[Tensor, Tensor]:
@@ -88,3 +88,39 @@ def test_invalid_inputs_raise() -> None:
         linear_probe_accuracy(x, y, x, y, num_classes=2)
     with pytest.raises(ValueError, match="ridge"):
         linear_probe_accuracy(x, y, x, y, ridge=-1.0)
+
+
+def _split_by_whole_rows(rows: torch.Tensor) -> torch.Tensor:
+    """distinct_split's definition, written directly: group equal rounded rows (unique over whole rows), fill the
+    fitting half with whole groups in the order they first appear."""
+    n = rows.shape[0]
+    x = rows.double()
+    keys = torch.round(x / x.norm(dim=1, keepdim=True).clamp_min(1e-30) * 10**DISTINCT_DIGITS)
+    groups: dict[tuple, list[int]] = {}
+    for index, key in enumerate(map(tuple, keys.tolist())):
+        groups.setdefault(key, []).append(index)
+    fit, taken = torch.zeros(n, dtype=torch.bool), 0
+    for members in groups.values():  # insertion order: the order groups first appear
+        fit[members] = True
+        taken += len(members)
+        if taken >= n // 2:
+            break
+    if bool(fit.all()) or not bool(fit.any()):
+        fit = torch.arange(n) < n // 2
+    return fit
+
+
+def test_distinct_split_matches_its_definition_and_never_shares_an_input() -> None:
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(100):
+        base = torch.randn(int(torch.randint(2, 200, (1,), generator=generator)),
+                           int(torch.randint(1, 64, (1,), generator=generator)), generator=generator)
+        rows = base[torch.randint(0, base.shape[0], (int(torch.randint(2, 500, (1,), generator=generator)),),
+                                  generator=generator)]
+        fit = distinct_split(rows)
+        assert torch.equal(fit, _split_by_whole_rows(rows))
+        if rows.shape[1] >= 4 and len(torch.unique(rows, dim=0)) > 1:  # rows of 1-3 features may round alike
+            shared = {tuple(r) for r in rows[fit].tolist()} & {tuple(r) for r in rows[~fit].tolist()}
+            assert not shared
+    distinct = torch.randn(64, 8, generator=generator)
+    assert torch.equal(distinct_split(distinct), torch.arange(64) < 32)
