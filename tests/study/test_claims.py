@@ -60,3 +60,15 @@ def test_cli_writes_the_table(tmp_path: Path) -> None:
     found = main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
     assert len(found) == 9
     assert "| claim | study |" in (tmp_path / "out" / "claims.md").read_text()
+
+
+def test_small_models_predict_large_ones_on_the_runs_of_default_measures() -> None:
+    curve = [[step, value] for step, value in zip(range(0, 1000, 50), [30, 12, 6, 5, 7, 10, 14, 18, 20, 21] * 2,
+                                                   strict=False)]
+    sized = {"series": {"rankme/norm_f": curve}, "max_steps": 1000}
+    small, large = run("small", **sized), run("large", size="s", parameters=1000, **sized)
+    found = by_claim(claims([small, large]))["Small models' RankMe curves predict larger ones'"]
+    assert found.n == 1 and found.verdict == "reproduced"  # the same curve: rho 1
+    measured = run("large", size="s", parameters=1000, measure_names=["rankme", "llc"], **sized)
+    assert by_claim(claims([small, measured]))["Small models' RankMe curves predict larger ones'"].verdict \
+        == "not testable"  # a run with every measure enters only the comparison of measures
