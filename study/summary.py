@@ -159,11 +159,6 @@ def differences(texts: dict[Path, str]) -> list[str]:
 NUMBERS: dict[str, dict[str, str]] = {
     "README.md": {
         "2602.15997": "the study's arXiv id",
-        "27": "docs/overhead.md: the default runs measured (benchmarks.overhead)",
-        "1.033": "docs/overhead.md: the median ratio on the first 20% (benchmarks.overhead)",
-        "20%": "docs/overhead.md: the share of each run measured (benchmarks.overhead --fraction 0.2)",
-        "9": "docs/overhead.md: levels at most 1.03 (benchmarks.overhead)",
-        "1.03": "docs/overhead.md: the overhead target",
         "273": "corpus/gallery/own_model.json.gz: the example's acquisition (python -m study.user_forecast gallery)",
     },
 }
