@@ -20,7 +20,10 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at k = 0 and k = n the bound is exactly 0 or 1; the floating-point sum can land a hair inside it
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
 
 
 def wilson_half_width(p: float, n: int, z: float = Z95) -> float:

@@ -21,3 +21,13 @@ def test_half_width_at_half_on_512_questions() -> None:
     assert wilson(0, 0) is None
     with pytest.raises(ValueError, match="n must be at least 1"):
         wilson_half_width(0.5, 0)
+
+
+def test_wilson_reaches_exactly_zero_and_one_at_the_ends() -> None:
+    # the interval of k = n is [.., 1] mathematically; floating point put 33/33's upper end a hair below 1, and a
+    # claim of 100% then read "not reproduced" with every run agreeing
+    for n in range(1, 200):
+        assert wilson(n, n)[1] == 1.0 and wilson(0, n)[0] == 0.0
+        if n > 1:
+            low, high = wilson(n // 2, n)
+            assert 0.0 < low < high < 1.0
