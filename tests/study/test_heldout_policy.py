@@ -4,32 +4,18 @@ under a registration committed before the run; and train.py runs what the regist
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import train
 from capgeo_callbacks.scoring import load_runs
 from study.heldout import REGISTRATION, held_out_check, registered_rules, sha256
 from tests.scoring.test_scores import ACQUIRED, write_run
+from tests.study.helpers import repo_with_registration
 
 
 def test_held_out_runs_need_a_matching_registration_committed_before_them(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git = lambda *args: subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,  # noqa: E731
-                                       text=True).stdout.strip()
-    git("init", "-q")
-    git("config", "user.email", "t@t")
-    git("config", "user.name", "t")
-    (repo / "a.txt").write_text("before")
-    git("add", "a.txt")
-    git("commit", "-qm", "before")
-    before = git("rev-parse", "HEAD")
-    registration = repo / "registration.json"
-    registration.write_text(json.dumps({"warning": "x"}))
-    git("add", "registration.json")
-    git("commit", "-qm", "register")
-    after = git("rev-parse", "HEAD")
+    registration, before, after = repo_with_registration(tmp_path / "repo", "registration.json",
+                                                         json.dumps({"warning": "x"}))
     digest = sha256(registration)
     runs_dir = tmp_path / "runs"
     write_run(runs_dir, "calibration", ACQUIRED, seed=1)

@@ -3,7 +3,6 @@ targets' verdicts follow the measured figures."""
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from examples.new_tasks.run import SETTINGS
 from study.heldout import sha256
 from study.newtasks import REGISTRATION, jobs, registered_runs, registration, scored, targets
 from tests.scoring.test_scores import ACQUIRED, NEVER, write_run
+from tests.study.helpers import repo_with_registration
 
 
 def test_the_registration_names_runs_the_example_makes_and_no_pilot_seed() -> None:
@@ -28,24 +28,7 @@ def test_the_registration_names_runs_the_example_makes_and_no_pilot_seed() -> No
 @pytest.fixture
 def repo(tmp_path: Path) -> tuple[Path, str, str]:
     """A git repository with the registration committed after a first commit: (registration, before, after)."""
-    root = tmp_path / "repo"
-    root.mkdir()
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
-
-    git("init", "-q")
-    git("config", "user.email", "t@t")
-    git("config", "user.name", "t")
-    (root / "a.txt").write_text("before")
-    git("add", "a.txt")
-    git("commit", "-qm", "before")
-    before = git("rev-parse", "HEAD")
-    path = root / "newtasks_registration.json"
-    path.write_text(REGISTRATION.read_text())
-    git("add", path.name)
-    git("commit", "-qm", "register")
-    return path, before, git("rev-parse", "HEAD")
+    return repo_with_registration(tmp_path / "repo", "newtasks_registration.json", REGISTRATION.read_text())
 
 
 def test_runs_without_the_registration_or_made_before_it_are_refused(tmp_path: Path, repo: tuple) -> None:
