@@ -18,6 +18,7 @@ from capgeo_callbacks.callbacks import (
     MeasureCallback,
     PrecursorDetector,
     RankMeMonitor,
+    WeightNormMonitor,
 )
 from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
 from capgeo_callbacks.detection import (
@@ -35,6 +36,7 @@ from capgeo_callbacks.measures import (
     hessian_top_eigenvalues,
     hessian_trace,
     linear_probe_accuracy,
+    parameter_norm,
     per_example_gradients,
     rankme,
 )
@@ -72,6 +74,7 @@ __all__ = [
     "RuleOutput",
     "RunSession",
     "RunView",
+    "WeightNormMonitor",
     "StepProgressBar",
     "default_rules",
     "detect_acquisition",
@@ -84,6 +87,7 @@ __all__ = [
     "hessian_top_eigenvalues",
     "hessian_trace",
     "linear_probe_accuracy",
+    "parameter_norm",
     "per_example_gradients",
     "precursor_verdict",
     "rankme",

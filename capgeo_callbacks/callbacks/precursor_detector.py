@@ -48,7 +48,8 @@ class PrecursorDetector(Callback):
         live_figures: also publish the story card where a rule first warns and where acquisition is confirmed (the
             full story figure and the heatmap are drawn at the end either way).
         record: prefixes of the logged scalars recorded at every evaluation (beside the accuracy), so any rule
-            can be re-scored from the summary alone.
+            can be re-scored from the summary alone: a step-logged scalar (``train/acc``) is recorded as its latest
+            value; ``train/loss`` is always the mean training loss since the previous evaluation.
         token_acc_monitor: per-token accuracy key, for the chance label (``None`` to skip).
         rules: the rules run live (:mod:`capgeo_callbacks.rules`; :func:`~capgeo_callbacks.rules.default_rules` is
             capgeo's recommendation); a rule whose inputs the run lacks says so once, at the first evaluation, and
@@ -75,7 +76,7 @@ class PrecursorDetector(Callback):
     def __init__(self, monitor: str = VAL_ACC, logprob_monitor: str | None = LOGPROB, rankme_prefix: str = RANKME,
                  settings: DetectionSettings | None = None, on_alert: Callable[[Alert], Any] | None = None,
                  run_info: Mapping[str, Any] | None = None, live_figures: bool = True,
-                 record: Sequence[str] = ("val/",),
+                 record: Sequence[str] = ("val/", "train/"),
                  token_acc_monitor: str | None = TOKEN_ACC, rules: Sequence[Rule] | None = None,
                  loss_monitor: str | None = VAL_LOSS) -> None:
         if isinstance(record, str) or not all(isinstance(prefix, str) and prefix for prefix in record):
@@ -112,6 +113,8 @@ class PrecursorDetector(Callback):
     @override
     @never_fails
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if "max_steps" not in self.session.run_info and trainer.max_steps > 0:  # the budget rules and scorers read
+            self.session.add_run_info({"max_steps": trainer.max_steps})
         tags = [tag for cb in trainer.callbacks if isinstance(cb, MeasureCallback) for tag in cb.tags]
         self.session.start(TrainerPublisher(trainer, self.session.warn), tags)
 
