@@ -17,6 +17,7 @@ __all__ = [
     "HOW_TO_RECORD",
     "LOGPROB",
     "LR",
+    "PROBABILITY",
     "PROBE_ACC",
     "RANKME",
     "TOKEN_ACC",
@@ -40,6 +41,7 @@ RANKME = "rankme/"  # RankMe of each watched layer: rankme/<layer>
 PROBE_ACC = "probe_acc/"  # held-out linear probe accuracy of each watched layer: probe_acc/<layer>
 WEIGHT_NORM = "weight_norm/"  # L2 norm of the parameters: weight_norm/global and weight_norm/<layer>
 FORECAST = "forecast/"  # each forecaster's predicted acquisition step: forecast/<rule>
+PROBABILITY = "probability/"  # a forecaster's probability of acquisition within the budget: probability/<rule>
 
 HOW_TO_RECORD = {
     RANKME: "attach RankMeMonitor(layers=...) to the Trainer",

@@ -36,6 +36,7 @@ from capgeo_callbacks.rules.forecasters import (
     ThresholdForecaster,
 )
 from capgeo_callbacks.rules.geometry import GeometryRule, StudyRule
+from capgeo_callbacks.rules.survival import SurvivalForecaster
 from capgeo_callbacks.rules.trend import LastValueForecaster, LinearForecaster, TrendForecaster
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "RuleOutput",
     "RunView",
     "StudyRule",
+    "SurvivalForecaster",
     "ThresholdForecaster",
     "TrendForecaster",
     "WarmupEndRule",
@@ -89,6 +91,8 @@ RULES: dict[str, Callable[[], Rule]] = {
     "clock": ClockForecaster,
     "ridge": RidgeForecaster,
     "ridge-geometry": lambda: RidgeForecaster(geometry=True),
+    # the probability of acquisition within the budget, from a survival model fitted on calibration runs
+    "survival": SurvivalForecaster,
 }
 
 

@@ -144,6 +144,8 @@ class Forecast:
             budget, or no progress).
         low: lower end of the interval (None: none).
         high: upper end of the interval (``math.inf`` allowed; None: none).
+        probability: the probability of acquisition within the budget, from a forecaster that gives one (None:
+            none).
     """
 
     rule: str
@@ -151,6 +153,7 @@ class Forecast:
     predicted: float
     low: float | None = None
     high: float | None = None
+    probability: float | None = None
 
     def within(self, horizon: float) -> bool:
         """Whether it puts acquisition within ``horizon`` steps of ``step``."""
@@ -164,7 +167,7 @@ class Forecast:
         predicted = max(self.predicted, earliest)
         low = None if self.low is None else min(max(self.low, earliest), predicted)
         high = None if self.high is None else max(self.high, predicted)
-        return Forecast(self.rule, self.step, predicted, low, high)
+        return Forecast(self.rule, self.step, predicted, low, high, self.probability)
 
 
 @dataclass(frozen=True)

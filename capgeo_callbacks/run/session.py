@@ -28,6 +28,7 @@ from capgeo_callbacks.detection.settings import DetectionSettings
 from capgeo_callbacks.keys import (
     FORECAST,
     LOGPROB,
+    PROBABILITY,
     RANKME,
     TOKEN_ACC,
     VAL_ACC,
@@ -177,6 +178,8 @@ class RunSession:
         for alert in update.alerts:
             self.announce(alert, publisher)
         shown = {f"{FORECAST}{f.rule}": float(f.predicted) for f in update.forecasts if math.isfinite(f.predicted)}
+        shown.update({f"{PROBABILITY}{f.rule}": float(f.probability) for f in update.forecasts
+                      if f.probability is not None})
         early_end = EARLY_SHARE * max_steps if max_steps and max_steps > 0 else None
         shown.update(dashboard_scalars(by_layer(measured.series, self.tracker.rankme_prefix), step, early_end,
                                        sum(alert.kind == "run" for alert in self.alerts)))

@@ -178,14 +178,18 @@ def forecast_record(forecast: Forecast) -> dict[str, Any]:
     """A forecast as JSON: ``predicted`` None with ``beyond`` true when it is not expected within reach."""
     beyond = math.isinf(forecast.predicted)
     finite = lambda value: None if value is None or math.isinf(value) else float(value)  # noqa: E731
-    return {"step": forecast.step, "predicted": finite(forecast.predicted), "beyond": beyond,
-            "low": finite(forecast.low), "high": finite(forecast.high)}
+    record = {"step": forecast.step, "predicted": finite(forecast.predicted), "beyond": beyond,
+              "low": finite(forecast.low), "high": finite(forecast.high)}
+    if forecast.probability is not None:
+        record["probability"] = float(forecast.probability)
+    return record
 
 
 def forecast_from_record(rule: str, record: Mapping[str, Any]) -> Forecast:
     predicted = math.inf if record.get("beyond") else float(record["predicted"])
     high = record.get("high")
-    return Forecast(rule, int(record["step"]), predicted, record.get("low"), math.inf if high is None else high)
+    return Forecast(rule, int(record["step"]), predicted, record.get("low"), math.inf if high is None else high,
+                    record.get("probability"))
 
 
 def record_of(state: Mapping[str, Any], logprob_key: str | None = LOGPROB) -> dict[str, Any]:
