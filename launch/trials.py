@@ -217,8 +217,9 @@ def run_summaries(run_root: Path, function: bool = False) -> Iterator[tuple[str,
     found = sorted(Path(run_root).rglob(SUMMARY_FILENAME), key=lambda path: path.stat().st_mtime_ns, reverse=True)
     for path in found:
         summary = read_version_summary(path.parent)
-        if summary is not None:
-            yield path.parent.relative_to(run_root).as_posix(), summary
+        if summary is not None:  # named by its folder, or by its own name in the trial's folder itself
+            folder = path.parent.relative_to(run_root)
+            yield (folder.as_posix() if folder.parts else SUMMARY_FILENAME), summary
 
 
 def read_trial_record(run_root: Path) -> dict[str, Any] | None:

@@ -121,6 +121,14 @@ def test_a_grid_is_named_by_its_points_in_order(tmp_path: Path) -> None:
     assert trials[1].config(resume=True)["resume_from"] == str(trials[1].root / "checkpoints" / "last.ckpt")
 
 
+def test_the_docs_show_the_example_function_as_it_is() -> None:
+    root = Path(__file__).resolve().parents[2]
+    docs = (root / "docs" / "sweeps.md").read_text()
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", docs, flags=re.DOTALL) if "def train(config" in b]
+    source = (root / "examples" / "sweep_function.py").read_text()
+    assert source.endswith(block) and "import launch" not in block and "from launch" not in block
+
+
 def check_ran(trial: FunctionTrial, resumes: int = 0) -> dict[str, Any]:
     """What every function trial that ran to its end leaves: its summary, its record, its log."""
     found = summary(trial)
