@@ -9,7 +9,8 @@ The function knows nothing of the launcher. It is called with the grid point's s
   checkpoints and capgeo's summary under it;
 - ``config["resume_from"]`` (str or None): the checkpoint to resume from, ``<trial_dir>/checkpoints/last.ckpt``
   where an interrupted start left one (what Lightning's ``ModelCheckpoint(dirpath=trial_dir / "checkpoints",
-  save_last=True)`` writes), else None: pass it to ``trainer.fit(..., ckpt_path=config["resume_from"])``.
+  save_last=True)`` writes; with ``save_on_train_epoch_end=False``, after each evaluation: docs/sweeps.md), else
+  None: pass it to ``trainer.fit(..., ckpt_path=config["resume_from"])``.
 
 The launcher keeps its record of the trial in ``<trial_dir>/capgeo_trial.json`` (the function and settings, the
 threads, the commit, one entry per start); once the function has returned, the trial is finished
