@@ -1,11 +1,13 @@
 """The registered test on task families capgeo was never built on (issue 29).
 
-    python -m study.newtasks run       # the registered runs, resumable -> runs/newtasks/, corpus/newtasks/
+    python -m study.newtasks run       # the registered runs (launcher, resumable) -> runs/newtasks/, corpus/newtasks/
     python -m study.newtasks report    # -> docs/newtasks.md (scored by capgeo_callbacks.scoring)
     python -m study.newtasks readme    # README.md's table "on a task nobody calibrated"
 
 The families are examples a user could have written (``examples/new_tasks``), with capgeo attached as README.md's
-"On your own model" prints it: no calibration, no chance table, no clock. What is registered
+"On your own model" prints it: no calibration, no chance table, no clock. Each run is a trial of the launcher on the
+example's own training function (``examples.new_tasks.run:train``; ``--engine``, ``--workers``, ``--address`` as for
+the study's other phases). What is registered
 (``study/newtasks_registration.json``: families and settings, seeds, controls, the default warnings and forecaster,
 their comparators, metrics and targets) was committed before the first run; a run refuses an uncommitted tree or
 registration, and records the registration's sha256 and the commit it ran; the report refuses a run whose
@@ -30,7 +32,7 @@ from capgeo_callbacks.rules import make_rule, rule_output
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs, warning_scores
 from capgeo_callbacks.scoring.scores import Rate, error_text, warning_table
-from launch import ROOT, require_clean_tree
+from launch import ROOT, FunctionTrial, Outcome, add_launch_arguments, launch_with, require_clean_tree
 from study.corpus import CORPUS, write_packed
 from study.heldout import committed, registered_before, sha256
 
@@ -52,9 +54,12 @@ def jobs(path: Path = REGISTRATION) -> list[tuple[str, int, bool]]:
         (family, found["controls"]["seed"], True) for family in found["families"]]
 
 
-def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER) -> list[Path]:
-    """Run (or resume) every registered run not yet in ``folder``; export each as it finishes."""
-    from examples.new_tasks.run import SETTINGS, run, run_name
+def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER,
+            launch_args: argparse.Namespace | None = None) -> list[Path]:
+    """Run (or resume) every registered run not yet in ``folder``, each a trial of the launcher on
+    ``examples.new_tasks.run:train`` (``launch_args``: :func:`launch.add_launch_arguments`'; default one at a time on
+    a local Ray); export each as it finishes."""
+    from examples.new_tasks.run import SETTINGS, run_name, train
 
     commit = require_clean_tree("the registered test on new task families")
     if not committed(path):
@@ -64,15 +69,18 @@ def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER)
         if asdict(SETTINGS[family]) != registered:
             raise SystemExit(f"examples.new_tasks.run.SETTINGS[{family!r}] is {asdict(SETTINGS[family])}, "
                              f"not the registered {registered}")
+    trials = [FunctionTrial(run_name(family, seed, control), train,
+                            {"family": family, "seed": seed, "control": control, **found["families"][family]}, runs)
+              for family, seed, control in jobs(path)]
     written = []
-    for family, seed, control in jobs(path):
-        name = run_name(family, seed, control)
-        target = folder / f"{name}.json.gz"
+
+    def export(trial: FunctionTrial) -> None:
+        target = folder / f"{trial.name}.json.gz"
         if target.exists():
-            continue
-        run_dir = run(family, seed, control, root=runs, settings=SETTINGS[family])
-        record = json.loads((run_dir / "run.json").read_text())
-        summary = read_summary(run_dir / "capgeo_summary.json")
+            return
+        family, seed, control = (trial.settings[key] for key in ("family", "seed", "control"))
+        record = json.loads((trial.root / "run.json").read_text())
+        summary = read_summary(trial.root / "capgeo_summary.json")
         summary.update(task=family, seed=seed, shuffled_answers=control, max_steps=SETTINGS[family].max_steps,
                        settings=record["settings"], cpu_seconds=record["cpu_seconds"],
                        wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
@@ -81,7 +89,18 @@ def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER)
                        uncommitted_changes=False,
                        registration={"path": path.relative_to(ROOT).as_posix(), "sha256": digest})
         written.append(write_packed(summary, target))
-        print(f"{name}: acquisition {summary.get('acquisition_step')}, {record['cpu_seconds']} CPU s -> {target}")
+        print(f"{trial.name}: acquisition {summary.get('acquisition_step')}, {record['cpu_seconds']} CPU s -> "
+              f"{target}", flush=True)
+
+    def ended(outcome: Outcome) -> None:
+        if outcome.action in ("done", "resumed"):
+            export(outcome.trial)
+
+    todo = [trial for trial in trials if not (folder / f"{trial.name}.json.gz").exists()]
+    options = launch_args or argparse.Namespace(engine="ray", workers=1, address=None)
+    for outcome in launch_with(todo, options, storage=runs / ".engine", name="newtasks", on_outcome=ended):
+        if outcome.action == "skipped":  # finished before, not yet exported
+            export(outcome.trial)
     return written
 
 
@@ -273,9 +292,10 @@ def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("run", "report", "readme"))
+    add_launch_arguments(parser, workers=1)
     args = parser.parse_args(argv)
     if args.command == "run":
-        run_all()
+        run_all(launch_args=args)
     elif args.command == "report":
         DOC.write_text(page() + "\n")
         print(DOC.read_text())
