@@ -1,7 +1,14 @@
 """What a warning or a forecast is worth, on any folder of runs: ``python -m capgeo_callbacks.scoring RUNS``
 (:mod:`capgeo_callbacks.scoring.scores`; who will learn: :mod:`capgeo_callbacks.scoring.discrimination`)."""
 
-from capgeo_callbacks.scoring.discrimination import SHARES, Auroc, auroc, discrimination, discrimination_table
+from capgeo_callbacks.scoring.discrimination import (
+    LEGEND,
+    SHARES,
+    Auroc,
+    auroc,
+    discrimination,
+    discrimination_table,
+)
 from capgeo_callbacks.scoring.scores import (
     FRACTIONS,
     Rate,
@@ -19,6 +26,7 @@ from capgeo_callbacks.scoring.scores import (
 
 __all__ = [
     "FRACTIONS",
+    "LEGEND",
     "SHARES",
     "Auroc",
     "Rate",

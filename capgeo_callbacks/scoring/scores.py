@@ -150,13 +150,23 @@ RUN_SETTINGS = ("task", "difficulty", "size", "seed", "shuffled_answers", "max_s
 
 def same_run(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two summaries record one deterministic run twice: the same settings and seed (:data:`RUN_SETTINGS`)
-    and every series both record (the accuracy at least) the same point for point. A run remade with more
-    measures is the same run: observing does not change training."""
+    and every series both record (the accuracy at least) the same at the same steps, to float32 precision (a
+    mean of losses summed in another order differs in its last digits). A run remade with more measures is the
+    same run: observing does not change training."""
     if any(a.get(key) != b.get(key) for key in RUN_SETTINGS):
         return False
     series_a, series_b = a.get("series") or {}, b.get("series") or {}
     shared = set(series_a) & set(series_b)
-    return "acc" in shared and all(series_a[tag] == series_b[tag] for tag in shared)
+    return "acc" in shared and all(_same_points(series_a[tag], series_b[tag]) for tag in shared)
+
+
+def _same_points(a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]) -> bool:
+    def close(x: Any, y: Any) -> bool:
+        if x is None or y is None:
+            return x is y
+        return math.isclose(x, y, rel_tol=1e-6) or (math.isnan(x) and math.isnan(y))
+
+    return len(a) == len(b) and all(p[0] == q[0] and close(p[1], q[1]) for p, q in zip(a, b, strict=True))
 
 
 Item = TypeVar("Item")

@@ -1,10 +1,12 @@
 """Run one task family at one seed, with capgeo attached as the README's "On your own model" prints it.
 
 ``run("recall", seed=1000)`` trains into ``runs/new_tasks/recall-s1000/`` and leaves ``capgeo_summary.json``
-(capgeo's record of the run) and ``run.json`` (the family, seed, control, settings, budget and the CPU seconds
-each part of the run took) there. A run that was stopped resumes from its last checkpoint (saved every
-``checkpoint_every`` steps); the training batches depend on (seed, step) only, so it sees the batches an
-unbroken run would. ``python -m examples.new_tasks FAMILY --seed N [--control]`` does the same from a shell.
+(capgeo's record of the run) and ``run.json`` (the family, seed, control, settings, budget, the device it trained
+on and the CPU seconds each part of the run took) there. The detector is told the budget and the warm-up before
+the run (its ``run_info``), as a user who knows them would tell it. A run that was stopped resumes from its last
+checkpoint (saved every ``checkpoint_every`` steps); the training batches depend on (seed, step) only, so it sees
+the batches an unbroken run would. ``python -m examples.new_tasks FAMILY --seed N [--control]`` does the same
+from a shell.
 """
 
 from __future__ import annotations
@@ -102,12 +104,16 @@ def run(family: str, seed: int, control: bool = False, root: str | Path = "runs/
     checkpoints = ModelCheckpoint(dirpath=folder / "checkpoints", save_last=True, save_top_k=0,
                                   every_n_train_steps=checkpoint_every)
     quiet = [callback for callback in readme_callbacks() if not isinstance(callback, StepProgressBar)]  # a log file
+    for callback in quiet:  # what is known before the run, given live so that a replay of the summary says the same
+        if isinstance(callback, PrecursorDetector):
+            callback.session.add_run_info({"max_steps": settings.max_steps, "warmup_steps": settings.warmup})
     trainer = Trainer(max_steps=settings.max_steps, logger=TensorBoardLogger(folder, name="", version=""),
                       callbacks=[*quiet, checkpoints], enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, datamodule=data, ckpt_path=last if last.exists() else None)
 
     record.update(family=family, seed=seed, control=control, settings=asdict(settings),
-                  threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
+                  threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+                  device=str(trainer.strategy.root_device))
     record["parts"].append({"from_checkpoint": last.exists() and bool(record["parts"]),
                             "cpu_seconds": round(time.process_time() - started, 1),
                             "wall_seconds": round(time.perf_counter() - wall, 1), "steps": trainer.global_step})
