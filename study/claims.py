@@ -226,7 +226,8 @@ def claims(records: Sequence[RunRecord]) -> list[Claim]:
                               "at accuracy near 0", earlier, len(emerged), "acquired runs")
     if accs:
         claim = Claim(claim.claim, claim.study, f"{claim.measured}; median accuracy there "
-                      f"{statistics.median(accs):.2f}", claim.n, claim.verdict, claim.decides)
+                      f"{statistics.median(accs):.2f} (the verdict is on 'earlier' alone)", claim.n, claim.verdict,
+                      claim.decides)
     found.append(claim)
     return found
 

@@ -54,7 +54,8 @@ def test_claims_on_constructed_runs() -> None:
     assert top_down.measured.startswith("5/6") and top_down.n == 6  # the control is left out
     only = found["Only RankMe is a reliable precursor among the measures"]
     assert only.verdict == "inconclusive" and only.n == 3 and "llc 0/3" in only.measured  # 3 runs: too few
-    assert found["Log-prob emergence comes before accuracy acquisition"].measured.endswith("median accuracy there 0.01")
+    assert found["Log-prob emergence comes before accuracy acquisition"].measured.endswith(
+        "median accuracy there 0.01 (the verdict is on 'earlier' alone)")
     assert {claim.verdict for claim in found.values()} <= {"reproduced", "contradicted", "inconclusive"}
 
 
