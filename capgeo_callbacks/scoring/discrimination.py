@@ -12,7 +12,7 @@ that knowing: at fixed shares of each run's budget (10%, 25%, 50%), **among the 
 - for RankMe and weight-norm series, two features of the series so far: its drop from its running maximum
   (``(max - last) / max``) and its slope (least squares over its last :data:`SLOPE_POINTS` values, per step);
 - each warning rule: 1 if it has alerted by that point, else 0;
-- each forecaster: its probability of acquisition where its forecast carries one (``probability``), else minus
+- each forecaster: its probability of acquisition where it gives one (``probability`` on its output), else minus
   its predicted step as a share of the budget ("not within reach" and no forecast rank lowest);
 - a baseline, "fires on every run that learns": the same score on every run (AUROC 0.5 by construction).
 
@@ -193,13 +193,13 @@ def forecast_score(rule: Rule) -> Score:
     """A forecaster's score: its probability of acquisition where its forecast carries one, else minus its
     predicted step as a share of the run's budget (none, or "not within reach": minus infinity)."""
     def value(run: Any, view: RunView) -> float:
-        made = rule_output(rule, view, []).forecast
-        if made is None:
-            return -math.inf
-        probability = getattr(made, "probability", None)
+        output = rule_output(rule, view, [])
+        probability = getattr(output, "probability", None)  # RuleOutput.probability, where the rule gives one
         if probability is not None:
             return float(probability)
-        return -float(made.predicted) / (run.view.max_steps or 1)
+        if output.forecast is None:
+            return -math.inf
+        return -float(output.forecast.predicted) / (run.view.max_steps or 1)
     return Score(f"forecast: {rule.name}", value, 1, "its forecast")
 
 
