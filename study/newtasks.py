@@ -3,6 +3,7 @@
     python -m study.newtasks run       # the registered runs (launcher, resumable) -> runs/newtasks/, corpus/newtasks/
     python -m study.newtasks report    # -> docs/newtasks.md (scored by capgeo_callbacks.scoring)
     python -m study.newtasks readme    # README.md's table "on a task nobody calibrated"
+    python -m study.newtasks replay    # whether a replay of the summaries says what the rules said live
 
 The families are examples a user could have written (``examples/new_tasks``), with capgeo attached as README.md's
 "On your own model" prints it: no calibration, no chance table, no clock. Each run is a trial of the launcher on the
@@ -17,6 +18,7 @@ registration differs or postdates it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
@@ -26,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from capgeo_callbacks.rules import make_rule, rule_output
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs, warning_scores
-from capgeo_callbacks.scoring.scores import Rate, error_text, warning_table
+from capgeo_callbacks.scoring.scores import Rate, error_text, scored_run, warning_table
 from launch import ROOT, FunctionTrial, Outcome, add_launch_arguments, launch_with, require_clean_tree
-from study.corpus import CORPUS, write_packed
+from study.corpus import CORPUS, made_on, unrecorded, write_packed
 from study.heldout import committed, registered_before, sha256
 
 REGISTRATION = ROOT / "study" / "newtasks_registration.json"
@@ -81,11 +82,12 @@ def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER,
         family, seed, control = (trial.settings[key] for key in ("family", "seed", "control"))
         record = json.loads((trial.root / "run.json").read_text())
         summary = read_summary(trial.root / "capgeo_summary.json")
-        summary.update(task=family, seed=seed, shuffled_answers=control, max_steps=SETTINGS[family].max_steps,
-                       settings=record["settings"], cpu_seconds=record["cpu_seconds"],
+        # max_steps and warmup_steps are in it already: the runner gave them to the detector before the run
+        summary.update(task=family, seed=seed, shuffled_answers=control, settings=record["settings"],
+                       cpu_seconds=record["cpu_seconds"],
                        wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
                        resumes=len(record["parts"]) - 1, threads=record["threads"],
-                       omp_num_threads=record["omp_num_threads"], torch=torch.__version__, commit=commit,
+                       omp_num_threads=record["omp_num_threads"], **made_on(record["device"]), commit=commit,
                        uncommitted_changes=False,
                        registration={"path": path.relative_to(ROOT).as_posix(), "sha256": digest})
         written.append(write_packed(summary, target))
@@ -128,13 +130,35 @@ def _pilot_cpu_seconds(path: Path = PILOTS) -> tuple[float, int]:
     return sum(values), len(values)
 
 
+def with_registered_warmup(runs: Sequence[ScoredRun], found: dict[str, Any]) -> tuple[list[ScoredRun], int]:
+    """``runs`` as they read with their family's registered warm-up where the summary records none (the registered
+    runs' runner did not give the detector its warm-up, so loss-onset's reference window was the first evaluations
+    and the other rules that read a warm-up read none); and how many were so corrected."""
+    corrected, count = [], 0
+    for run in runs:
+        if run.summary.get("warmup_steps") is None:
+            warmup = found["families"][run.summary["task"]]["warmup"]
+            run = scored_run({**run.summary, "warmup_steps": warmup}, run.name)  # type: ignore[assignment]
+            count += 1
+        corrected.append(run)
+    return corrected, count
+
+
+@functools.cache
 def scored(path: Path = REGISTRATION, folder: Path = FOLDER) -> dict[str, Any]:
+    """The registered warnings and forecasters on the registered runs, as registered; and, where summaries lack the
+    warm-up, the same with the registered warm-up (``corrected``: a correction shown beside, never instead)."""
     found, runs = registration(path), registered_runs(path, folder)
     warnings = [*found["warnings"]["default"], *found["warnings"]["comparators"]]
     forecasters = [found["forecaster"]["default"], *found["forecast_comparators"]]
-    return {"registration": found, "runs": runs,
-            "warnings": {name: warning_scores(make_rule(name), runs) for name in warnings},
-            "forecasts": {name: forecast_scores(make_rule(name), runs) for name in forecasters}}
+
+    def scores(chosen: Sequence[ScoredRun]) -> dict[str, Any]:
+        return {"warnings": {name: warning_scores(make_rule(name), chosen) for name in warnings},
+                "forecasts": {name: forecast_scores(make_rule(name), chosen) for name in forecasters}}
+
+    corrected, count = with_registered_warmup(runs, found)
+    return {"registration": found, "runs": runs, **scores(runs),
+            "corrected": {"runs": corrected, "count": count, **scores(corrected)} if count else None}
 
 
 def targets(s: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -260,12 +284,86 @@ def page(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
         f"({sum(r.acquired_fully and not r.control for r in runs)} fully), {sum(r.control for r in runs)} controls, "
         f"{sum(r.acquisition is None and not r.control for r in runs)} never acquired.", "",
         "## The runs", "", *runs_table(runs), "",
-        "## Targets (registered)", "", "| target | measured | verdict |", "| --- | --- | --- |",
-        *[f"| {a} | {b} | {c} |" for a, b, c in targets(s)], "",
+        "## Targets (registered)", "", *target_lines(s), "",
         "## What a user can act on", "", act_on(runs, found["forecaster"]["default"]), "",
-        "## Warnings", "", warning_table(list(s["warnings"].values())), "",
+        "## Warnings", "", warning_table(list(s["warnings"].values())), "", *correction(s, "warnings", warning_table),
         "## Forecasts", "", forecast_table(list(s["forecasts"].values())), "",
-        "## Cost", "", *cost_lines(runs), ""])
+        *correction(s, "forecasts", forecast_table), replay_sentence(runs), "", "## Cost", "", *cost_lines(runs), "",
+        "## Where the runs were made", "", provenance_line(runs), ""])
+
+
+def _corrected(s: dict[str, Any]) -> dict[str, Any]:
+    return {**s, "warnings": s["corrected"]["warnings"], "forecasts": s["corrected"]["forecasts"]}
+
+
+def target_lines(s: dict[str, Any]) -> list[str]:
+    """The registered targets, measured and judged as registered; beside them, where the summaries lack the warm-up,
+    the same with the registered warm-up (a correction)."""
+    rows = targets(s)
+    if not s["corrected"]:
+        return ["| target | measured | verdict |", "| --- | --- | --- |", *[f"| {a} | {b} | {c} |" for a, b, c in rows]]
+    fixed = targets(_corrected(s))
+    return ["| target | measured | verdict | with the registered warm-up (a correction) |", "| --- | --- | --- | --- |",
+            *[f"| {a} | {b} | {c} | " + ("the same" if (b, c) == (b2, c2) else f"{b2}: {c2}") + " |"
+              for (a, b, c), (_, b2, c2) in zip(rows, fixed, strict=True)]]
+
+
+def correction(s: dict[str, Any], kind: str, table: Any) -> list[str]:
+    """What the ``kind`` (warnings or forecasts) score with the registered warm-up, beside the registered table."""
+    fixed = s["corrected"]
+    if not fixed:
+        return []
+    warmups = sorted({family["warmup"] for family in s["registration"]["families"].values()})
+    changed = [name for name in s[kind] if table([s[kind][name]]) != table([fixed[kind][name]])]
+    what = ", ".join(changed) or "none"
+    if kind != "warnings":
+        return [f"With the registered warm-up (as for the warnings), the forecasters that change: {what}.", "",
+                *([table([fixed[kind][name] for name in changed]), ""] if changed else [])]
+    return [f"{fixed['count']} of the {len(s['runs'])} summaries record no `warmup_steps` (the runner did not give "
+            "the detector its warm-up; it does now), so the rules that read a warm-up read none. Scored again with "
+            f"each family's registered warm-up ({', '.join(map(str, warmups))} steps, "
+            "[`study/newtasks_registration.json`](../study/newtasks_registration.json)), a correction beside the "
+            f"registered figures above, which stay as registered; the warnings that change: {what}.", "",
+            *([table([fixed[kind][name] for name in changed]), ""] if changed else [])]
+
+
+def replay_differences(runs: Sequence[ScoredRun], name: str) -> tuple[int, int]:
+    """How many of the forecasts ``name`` recorded live on ``runs`` a replay of their summaries does not repeat (a
+    different predicted step, or none), of how many."""
+    from capgeo_callbacks.rules import replay
+
+    differ = total = 0
+    for run in runs:
+        live = {int(entry["step"]): entry["predicted"] for entry in (run.summary.get("forecasts") or {}).get(name, [])}
+        again = {forecast.step: forecast.predicted for forecast in replay(make_rule(name), run.view)[1]}
+        for step, predicted in live.items():
+            total += 1
+            repeated = again.get(step)
+            differ += repeated is None or not (predicted == repeated or (predicted is None and math.isinf(repeated)))
+    return differ, total
+
+
+def replay_sentence(runs: Sequence[ScoredRun] | None = None, name: str = "acc-trend") -> str:
+    """Whether a replay of the registered runs' summaries says what ``name`` said live, and why not."""
+    runs = registered_runs() if runs is None else runs
+    differ, total = replay_differences(runs, name)
+    if not differ:
+        return (f"A replay of the registered new-task runs' summaries repeats every one of the {total} {name} "
+                "forecasts recorded live.")
+    return ("A replay says what a rule said live when the summary holds the run facts the rule had live. The "
+            "registered new-task runs' summaries gained `max_steps` at export, after the run: "
+            f"{differ} of the {total} {name} forecasts recorded live on them differ from a replay (live, without a "
+            "budget, a forecaster's reach was a multiple of the step so far; replayed, a multiple of the budget). "
+            "Their scores ([newtasks.md](newtasks.md)) are the replay's; the runner now gives the detector the budget "
+            "and the warm-up before the run.")
+
+
+def provenance_line(runs: Sequence[ScoredRun]) -> str:
+    """Where the registered runs were made, as their summaries say, and what they do not record."""
+    seen = sorted({f"torch {run.summary.get('torch')}, {run.summary.get('threads')} thread(s)" for run in runs})
+    return (f"As the summaries record it: {'; '.join(seen)}. " + unrecorded(
+        {Path(run.name).name.removesuffix(".json.gz"): run.summary for run in runs})
+            + " The export adds them since (`study.corpus.made_on`).")
 
 
 def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
@@ -280,6 +378,10 @@ def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
     for name in [*found["warnings"]["default"], *found["warnings"]["comparators"]]:
         score = s["warnings"][name]
         lines.append(f"| {name} (warning) | {score['precision']} | {score['false_alarms_controls']} | | |")
+        fixed = s["corrected"]["warnings"][name] if s["corrected"] else score
+        if warning_table([fixed]) != warning_table([score]):
+            lines.append(f"| {name} with the registered warm-up (a correction: the summaries lack it) | "
+                         f"{fixed['precision']} | {fixed['false_alarms_controls']} | | |")
     half = {name: score["fractions"]["0.5"] for name, score in s["forecasts"].items()}
     best = min(found["forecast_comparators"], key=lambda name: (half[name]["median_error"], name))
     for name, role in ((found["forecaster"]["default"], "default forecast"), (best, "best comparator")):
@@ -291,11 +393,13 @@ def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("run", "report", "readme"))
+    parser.add_argument("command", choices=("run", "report", "readme", "replay"))
     add_launch_arguments(parser, workers=1)
     args = parser.parse_args(argv)
     if args.command == "run":
         run_all(launch_args=args)
+    elif args.command == "replay":
+        print(replay_sentence())
     elif args.command == "report":
         DOC.write_text(page() + "\n")
         print(DOC.read_text())

@@ -34,11 +34,11 @@ PROSE = ("README.md", "docs")  # where passages are looked for
 
 def _claims_page() -> str:
     from capgeo_callbacks.run.reading import find_runs
-    from study.claims import claims, render
+    from study.claims import page
 
     folders = claims_folders()
-    return render(claims([record for folder in folders for record in find_runs(ROOT / folder)]),
-                  "python -m study.claims " + " ".join([*folders, "--out", "docs/claims"]))
+    return page([record for folder in folders for record in find_runs(ROOT / folder)],
+                "python -m study.claims " + " ".join([*folders, "--out", "docs/claims"]))
 
 
 def claims_folders() -> list[str]:

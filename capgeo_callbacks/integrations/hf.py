@@ -84,7 +84,8 @@ class CapgeoTrainerCallback(TrainerCallback):
             once when the rows hold none).
         batch_size: probe rows per forward pass.
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
-        run_info: run facts for the summary and the rules (task, seed, chance, ...).
+        run_info: run facts for the summary and the rules (task, seed, chance, ...); ``max_steps`` and
+            ``warmup_steps`` default to the Trainer's (``state.max_steps``, ``args.get_warmup_steps``).
         rules: the rules run live (default: the study's rule on ``settings``).
 
     Raises:
@@ -148,6 +149,11 @@ class CapgeoTrainerCallback(TrainerCallback):
                 raise ValueError("CapgeoTrainerCallback needs a budget: pass eval_steps=[...] or max_steps=N, or "
                                  "give the Trainer max_steps / num_train_epochs")
             self._scheduled = frozenset(evaluation_steps(self._budget, self.points, self.schedule))
+        # the budget and the warm-up are known before the run: the rules read them live (a run_info given wins)
+        budget = int(state.max_steps or 0) or self._budget
+        known = {"max_steps": budget, "warmup_steps": args.get_warmup_steps(budget) if args is not None else None}
+        self.session.add_run_info({key: value for key, value in known.items()
+                                   if value is not None and self.session.run_info.get(key) is None})
         if state.global_step > 0 and not self.acc:
             self._restore(state)
         if state.global_step in self._scheduled:

@@ -3,9 +3,10 @@
 A rule reads a run's series as they arrive. At each evaluation it is called with a :class:`RunView` of the
 series so far and the alerts it has already raised, and returns the alerts it raises now and, if it forecasts,
 its :class:`Forecast` of the acquisition step. It may keep no other state: its output is a function of the
-prefix and of its own alerts, so a rule replayed offline on a finished run (:func:`replay`) says exactly what
-it said live. Every caller (the live tracker, :func:`replay`, the scorer) asks a rule through
-:func:`rule_output`, the one place that decides which forecasts are recorded. A rule declares what it reads
+prefix and of its own alerts, so a rule replayed offline on a finished run (:func:`replay`) says what it said
+live, given the run facts it had live (``info``: a fact added to a summary after the run, such as a budget, can
+change what a replay says; docs/design.md). Every caller (the live tracker, :func:`replay`, the scorer) asks a
+rule through :func:`rule_output`, the one place that decides which forecasts are recorded. A rule declares what it reads
 (:class:`Needs`); a run that lacks it at its first evaluation leaves the rule out, and says so once.
 
 Writing a rule::

@@ -5,8 +5,9 @@ docs/sweeps.md): ``config`` holds ``family``, ``seed``, ``control`` and any of :
 family's :data:`SETTINGS` for the others), and the launcher's ``trial_dir`` and ``resume_from``. It leaves
 ``capgeo_summary.json`` (capgeo's record of the run) and ``run.json`` (the family, seed, control, settings, budget
 and the CPU seconds each part of the run took) in ``trial_dir``, and checkpoints every ``checkpoint_every`` steps
-in ``trial_dir/checkpoints``. A run resumed from its last checkpoint sees the batches an unbroken run would: they
-depend on (seed, step) only.
+in ``trial_dir/checkpoints``. The detector is told the budget and the warm-up before the run (its ``run_info``),
+as a user who knows them would tell it; ``run.json`` records the device it trained on too. A run resumed from its
+last checkpoint sees the batches an unbroken run would: they depend on (seed, step) only.
 
 ``run("recall", seed=1000)`` calls it in this process, in ``runs/new_tasks/recall-s1000/``, resuming from the
 folder's checkpoint where there is one; ``python -m examples.new_tasks FAMILY --seed N [--control]`` does the same
@@ -113,12 +114,16 @@ def train(config: dict[str, Any]) -> None:
     checkpoints = ModelCheckpoint(dirpath=folder / "checkpoints", save_last=True, save_top_k=0,
                                   every_n_train_steps=config.get("checkpoint_every", 200))
     quiet = [callback for callback in readme_callbacks() if not isinstance(callback, StepProgressBar)]  # a log file
+    for callback in quiet:  # what is known before the run, given live so that a replay of the summary says the same
+        if isinstance(callback, PrecursorDetector):
+            callback.session.add_run_info({"max_steps": settings.max_steps, "warmup_steps": settings.warmup})
     trainer = Trainer(max_steps=settings.max_steps, logger=TensorBoardLogger(folder, name="", version=""),
                       callbacks=[*quiet, checkpoints], enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, datamodule=data, ckpt_path=resume_from)
 
     record.update(family=family, seed=seed, control=control, settings=asdict(settings),
-                  threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
+                  threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+                  device=str(trainer.strategy.root_device))
     record["parts"].append({"from_checkpoint": resume_from is not None,
                             "cpu_seconds": round(time.process_time() - started, 1),
                             "wall_seconds": round(time.perf_counter() - wall, 1), "steps": trainer.global_step})
