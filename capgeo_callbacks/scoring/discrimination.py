@@ -194,11 +194,10 @@ def forecast_score(rule: Rule) -> Score:
     predicted step as a share of the run's budget (none, or "not within reach": minus infinity)."""
     def value(run: Any, view: RunView) -> float:
         output = rule_output(rule, view, [])
-        probability = getattr(output, "probability", None)  # RuleOutput.probability, where the rule gives one
-        if probability is not None:
-            return float(probability)
         if output.forecast is None:
             return -math.inf
+        if output.forecast.probability is not None:  # a forecaster that gives the probability of acquisition
+            return float(output.forecast.probability)
         return -float(output.forecast.predicted) / (run.view.max_steps or 1)
     return Score(f"forecast: {rule.name}", value, 1, "its forecast")
 
