@@ -194,7 +194,7 @@ def load(phase: str, path: Path = REGISTRATION, folder: Path = FOLDER) -> list[d
         summary = read_summary(file)
         if (summary.get("registration") or {}).get("sha256") != digest:
             raise SystemExit(f"{file.name} was not made under {path.name} as committed (sha256 differs)")
-        if not registered_before(summary.get("commit"), path):
+        if not registered_before(path, summary.get("commit")):
             raise SystemExit(f"{file.name} was made at {summary.get('commit')}, before the registration")
         runs.append(summary)
     return runs
