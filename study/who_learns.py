@@ -57,7 +57,7 @@ def jobs(phase: str, path: Path = REGISTRATION) -> list[dict[str, Any]]:
             for seed in seeds:
                 argv = ["--task", task, "--difficulty", level["difficulty"], "--size", found["size"],
                         "--max-steps", str(arguments["max_steps"]), "--lr", str(arguments["lr"]), "--seed", str(seed),
-                        "--registration", str(path.relative_to(ROOT)),
+                        "--registration", str(path),  # absolute: trials run from other folders
                         *(["--shuffle-answers"] if arguments.get("shuffle_answers") else [])]
                 runs.append({"task": task, "setting": setting, "seed": seed, "argv": argv,
                              "name": run_name(task, setting, seed)})
