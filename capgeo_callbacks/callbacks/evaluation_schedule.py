@@ -72,7 +72,7 @@ class EvaluationSchedule(Callback):
         if stage != "fit":
             return
         if self.steps is None:
-            budget = self.max_steps if self.max_steps is not None else _budget(trainer)
+            budget = self.max_steps if self.max_steps is not None else step_budget(trainer)
             if budget is None or budget < 1:
                 raise ValueError("EvaluationSchedule needs a budget: pass steps=[...] or max_steps=N, or give the "
                                  "Trainer max_steps, or max_epochs with a training set of known length")
@@ -123,7 +123,7 @@ class EvaluationSchedule(Callback):
             self._scheduled = frozenset(self.steps)
 
 
-def _budget(trainer: pl.Trainer) -> int | None:
+def step_budget(trainer: pl.Trainer) -> int | None:
     """The optimizer steps the trainer will take: its ``max_steps``, else its estimate under ``max_epochs`` (None
     where it has none: an endless run, or a training set of unknown length without ``max_steps``)."""
     if trainer.max_steps is not None and trainer.max_steps > 0:

@@ -52,7 +52,8 @@ class PrecursorDetector(Callback):
         token_acc_monitor: per-token accuracy key, for the chance label (``None`` to skip).
         rules: the rules run live (:mod:`capgeo_callbacks.rules`; default:
             :func:`~capgeo_callbacks.rules.default_rules`, capgeo's recommendation); a rule whose inputs the run lacks
-            says so once, at the first evaluation, and is left out.
+            is left out and says so once, at the first evaluation: as a warning where you chose it, in the
+            ``capgeo`` log (INFO) where it is a default.
         loss_monitor: validation loss key (``None`` to skip). ``logprob_monitor``, ``token_acc_monitor`` and
             ``loss_monitor`` are recorded whatever their prefix, under capgeo's names ``val/logprob``,
             ``val/token_acc`` and ``val/loss``, which the rules read.
@@ -81,10 +82,12 @@ class PrecursorDetector(Callback):
         if isinstance(record, str) or not all(isinstance(prefix, str) and prefix for prefix in record):
             raise ValueError(f"record must be a sequence of non-empty tag prefixes (e.g. ('val/',)), got {record!r}")
         self.record = tuple(record)
+        chosen = rules is not None
         rules = default_rules(settings, rankme_prefix) if rules is None else rules
         self.session = RunSession(rules, settings, run_info, monitor=monitor, logprob_key=logprob_monitor,
                                   token_acc_key=token_acc_monitor, rankme_prefix=rankme_prefix, on_alert=on_alert,
-                                  live_figures=live_figures, warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor)
+                                  live_figures=live_figures, warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor,
+                                  rules_chosen=chosen)
         self._loss_sum, self._loss_count = 0.0, 0  # training losses since the previous evaluation
         # this interval's losses, still tensors: read on the host only at an evaluation (no device sync in a step)
         self._loss_pending: list[torch.Tensor] = []

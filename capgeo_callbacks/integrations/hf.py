@@ -115,10 +115,12 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.probes = bool(probes) and has_targets(rows) and selector in ("target", "answer")
         self._probes_wanted = bool(probes)
         self.batches = probe_batches(rows, batch_size)
+        chosen = rules is not None
         rules = default_rules(settings) if rules is None else rules
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
                                   token_acc_key=TOKEN_ACC, on_alert=on_alert,
-                                  warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning))
+                                  warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning),
+                                  rules_chosen=chosen)
         self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]: what this callback measures
         self.rows: dict[str, int] = {}
         self._scheduled = frozenset(eval_steps or ())

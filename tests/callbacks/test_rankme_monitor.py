@@ -70,7 +70,7 @@ def test_unmatched_layer_lists_close_names(tmp_path) -> None:
 
 
 def test_answer_selector_without_mask_warns_and_skips(tmp_path) -> None:
-    monitor = RankMeMonitor(layers="encoder.layers.0")  # default selector needs batch["answer_mask"]
+    monitor = RankMeMonitor(layers="encoder.layers.0", selector="first_answer")  # needs batch["answer_mask"]
     with pytest.warns(UserWarning, match=r"selector 'first_answer' needs batch\['answer_mask'\]"):
         fit(tmp_path, [monitor], steps=8)
     assert monitor.series == {}
