@@ -76,6 +76,11 @@ OTHER_CALLBACKS: tuple[CallbackRow, ...] = (
 )
 
 
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -96,7 +101,7 @@ def glance_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
     ]
     for spec in specs:
         keys = ", ".join(f"`{key}`" for key in spec.keys)
-        cadence = "every validation" if spec.every_n_evals == 1 else f"every {spec.every_n_evals}th validation"
+        cadence = "every validation" if spec.every_n_evals == 1 else f"every {_ordinal(spec.every_n_evals)} validation"
         lines.append(_row([f"`{spec.callback.__name__}`", spec.description, NEEDS_IN_WORDS.get(spec.needs, spec.needs),
                            keys, f"{spec.cost}: {COSTS[spec.cost]}", cadence]))
     for row in OTHER_CALLBACKS:
