@@ -23,9 +23,10 @@ FRAMEWORKS = ("capgeo_callbacks", "lightning", "pytorch_lightning", "lightning_f
 
 @rank_zero_only
 def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
-    """A warning on rank zero, shown at the user's line that led to it (``trainer.fit(...)``, ``trainer.train()``):
-    the first caller outside capgeo and the frameworks that call its hooks (:data:`FRAMEWORKS`), not capgeo's own
-    code, which a user can do nothing about."""
+    """A warning on rank zero, shown at the user's line that led to it (``trainer.fit(...)``, ``trainer.train()``;
+    from inside a forward hook, the line of the user's model that called the hooked layer): the first caller outside
+    capgeo and the frameworks that call its hooks (:data:`FRAMEWORKS`), not capgeo's own code, which a user can do
+    nothing about."""
     frame = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in FRAMEWORKS:
         frame = frame.f_back
