@@ -8,6 +8,8 @@ session (:mod:`~capgeo_callbacks.run`) owns a run's record, rules, alerts and su
 :mod:`~capgeo_callbacks.detection`). Definitions: docs/design.md.
 """
 
+__version__ = "0.1.0"  # the package's version (pyproject.toml reads it here)
+
 from capgeo_callbacks.callbacks import (
     EvaluationSchedule,
     GradientMeasureCallback,

@@ -92,8 +92,24 @@ def study_page(pages: dict[str, str]) -> str:
         if until is not None:  # only the first part (the whole page is linked)
             body = body.split(until)[0].strip()
         shown = command if "..." not in command else "python -m study.claims " + " ".join(claims_folders())
+        body = rebased(body, Path(path).relative_to("docs").parent)
         parts += [f"## {title}", "", f"`{shown}` ([{path}]({Path(path).relative_to('docs')}))", "", body, ""]
     return "\n".join(parts)
+
+
+def rebased(body: str, folder: Path) -> str:
+    """The relative links of a page in ``docs/<folder>/``, made relative to ``docs/``, where study.md is (a link
+    that worked on its own page works on the study page)."""
+    if folder == Path("."):
+        return body
+
+    def rebase(match: re.Match[str]) -> str:
+        target = match.group(2)
+        if "://" in target or target.startswith(("#", "/")):
+            return match.group(0)
+        return match.group(1) + os.path.normpath(folder / target)
+
+    return re.sub(r"(\]\()([^)#\s]+)", rebase, body)
 
 
 def run_command(command: str) -> str:

@@ -9,16 +9,19 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import MeasureCallback
 from capgeo_callbacks.callbacks.distributed import gather_rows
 from capgeo_callbacks.capture.hooks import HiddenStateCapture, LabelsFn
-from capgeo_callbacks.capture.layers import resolve_layers, short_names
+from capgeo_callbacks.capture.layers import describe_blocks, find_blocks, resolve_layers, short_names
 from capgeo_callbacks.capture.measuring import usable_rows
-from capgeo_callbacks.capture.selectors import Selector, selector_name, validate_selector
+from capgeo_callbacks.capture.selectors import Selector, default_selector, selector_name, validate_selector
 from capgeo_callbacks.run.failures import check_positive_int, never_fails
+
+DEFAULT_NUM_ROWS = 2048  # rows per layer when none is set: the first 2048 the validation pass gives, or all it has
 
 
 class HiddenStateMonitor(MeasureCallback):
@@ -29,21 +32,25 @@ class HiddenStateMonitor(MeasureCallback):
 
     min_rows = 2
 
-    def __init__(self, layers: str | Sequence[str], selector: Selector, num_rows: int, every_n_evals: int,
-                 mask_key: str, prefix: str, labels_fn: LabelsFn | None = None) -> None:
+    def __init__(self, layers: str | Sequence[str] | None, selector: Selector | None, num_rows: int | None,
+                 every_n_evals: int, mask_key: str, prefix: str, labels_fn: LabelsFn | None = None) -> None:
         super().__init__(every_n_evals)
-        validate_selector(selector)
+        if selector is not None:  # None: chosen from the first validation batch (default_selector)
+            validate_selector(selector)
+        self.rows_given = num_rows is not None  # fewer rows than a number the user set is said; than the default, not
+        num_rows = DEFAULT_NUM_ROWS if num_rows is None else num_rows
         check_positive_int("num_rows", num_rows, self.min_rows)
-        patterns = [layers] if isinstance(layers, str) else list(layers)
-        if not patterns or not all(isinstance(p, str) and p for p in patterns):
+        patterns = None if layers is None else [layers] if isinstance(layers, str) else list(layers)
+        if patterns is not None and (not patterns or not all(isinstance(p, str) and p for p in patterns)):
             raise ValueError(f"layers must be module names or globs (non-empty strings), got {layers!r}")
         if not isinstance(prefix, str) or not prefix or "/" in prefix:
             raise ValueError(f"prefix must be a non-empty tag prefix without '/', got {prefix!r}")
-        self.layer_patterns = patterns
+        self.layer_patterns: list[str] | None = patterns  # None: the blocks find_blocks finds at setup
         self.selector = selector
         self.num_rows = num_rows
         self.mask_key = mask_key
         self._prefix = prefix
+        self._said_layers = False
         self.layer_names: list[str] = []
         self.layer_tags: dict[str, str] = {}
         self.capture = HiddenStateCapture(selector, num_rows, mask_key, labels_fn, warn=self.warn_once)
@@ -54,7 +61,7 @@ class HiddenStateMonitor(MeasureCallback):
 
     @property
     def selector_name(self) -> str:
-        return selector_name(self.selector)
+        return "auto" if self.selector is None else selector_name(self.selector)
 
     @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
     def state_key(self) -> str:  # type: ignore[override]
@@ -67,7 +74,14 @@ class HiddenStateMonitor(MeasureCallback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.layer_names = resolve_layers(pl_module, self.layer_patterns)  # raises: configuration error
+        if self.layer_patterns is None:
+            self.layer_names = find_blocks(pl_module)  # raises: configuration error, naming what to pass
+            if not self._said_layers:
+                self._said_layers = True
+                rank_zero_info(f"{type(self).__name__} watches {describe_blocks(self.layer_names)}: found in "
+                               f"{type(pl_module).__name__}; pass layers=[...] to choose")
+        else:
+            self.layer_names = resolve_layers(pl_module, self.layer_patterns)  # raises: configuration error
         self.layer_tags = short_names(self.layer_names)
 
     def measure_rows(self, name: str, rows: Tensor, labels: Tensor | None, step: int) -> float | None:
@@ -85,6 +99,10 @@ class HiddenStateMonitor(MeasureCallback):
     def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                                   batch_idx: int, dataloader_idx: int = 0) -> None:
         if self.capture.is_attached:
+            if self.selector is None and dataloader_idx == 0:
+                self.selector = self.capture.selector = default_selector(batch, self.mask_key)
+                rank_zero_info(f"{type(self).__name__} reads the rows {self.selector!r} (what the validation batches "
+                               "hold); pass selector=... to choose")
             self.capture.set_batch(batch if dataloader_idx == 0 else None)
 
     @override
@@ -110,7 +128,8 @@ class HiddenStateMonitor(MeasureCallback):
             count = rows.shape[0]
             if count < self.min_rows and unlabelled:
                 continue
-            if not usable_rows(name, count, self.min_rows, self.num_rows, self.warn_once):
+            if not usable_rows(name, count, self.min_rows, self.num_rows if self.rows_given else count,
+                               self.warn_once):
                 continue
             value = self.measure_rows(name, rows, labels, step)
             if value is not None:
@@ -121,8 +140,10 @@ class HiddenStateMonitor(MeasureCallback):
     @property
     def config(self) -> dict[str, Any]:
         """How this monitor measures: what offline analysis reads to measure the same layers and rows again."""
-        return {"layers": list(self.layer_patterns), "selector": self.selector_name, "num_rows": self.num_rows,
-                "prefix": self.prefix, "mask_key": self.mask_key, "every_n_evals": self.every_n_evals}
+        selector = None if self.selector is None else self.selector_name  # None: not chosen yet
+        return {"layers": list(self.layer_patterns or self.layer_names), "selector": selector,
+                "num_rows": self.num_rows, "prefix": self.prefix, "mask_key": self.mask_key,
+                "every_n_evals": self.every_n_evals}
 
     @override
     def state_dict(self) -> dict[str, Any]:

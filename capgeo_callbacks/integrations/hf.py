@@ -31,7 +31,7 @@ from capgeo_callbacks.integrations.hf_models import (
 )
 from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.publisher import Publisher
-from capgeo_callbacks.rules import Rule
+from capgeo_callbacks.rules import Rule, default_rules
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
 from capgeo_callbacks.run.session import Measurements, RunSession
@@ -86,7 +86,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
         run_info: run facts for the summary and the rules (task, seed, chance, ...); ``max_steps`` and
             ``warmup_steps`` default to the Trainer's (``state.max_steps``, ``args.get_warmup_steps``).
-        rules: the rules run live (default: the study's rule on ``settings``).
+        rules: the rules run live (default: :func:`~capgeo_callbacks.rules.default_rules` on ``settings``).
 
     Raises:
         ValueError: on a bad argument; in ``on_train_begin`` if a layer pattern matches no hidden state or a probe
@@ -116,9 +116,12 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.probes = bool(probes) and has_targets(rows) and selector in ("target", "answer")
         self._probes_wanted = bool(probes)
         self.batches = probe_batches(rows, batch_size)
+        chosen = rules is not None
+        rules = default_rules(settings) if rules is None else rules
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
                                   token_acc_key=TOKEN_ACC, on_alert=on_alert,
-                                  warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning))
+                                  warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning),
+                                  rules_chosen=chosen)
         self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]: what this callback measures
         self.rows: dict[str, int] = {}
         self._scheduled = frozenset(eval_steps or ())

@@ -36,7 +36,8 @@ from capgeo_callbacks.detection.alerts import Alert
 from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.series import Points
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings
-from capgeo_callbacks.keys import ACC, LOGPROB, VAL_LOSS
+from capgeo_callbacks.detection.warmup import warmup_from_lr
+from capgeo_callbacks.keys import ACC, LOGPROB, LR, VAL_LOSS
 
 __all__ = ["Forecast", "Needs", "Rule", "RuleOutput", "RunView", "replay", "rule_from_record", "rule_output",
            "rule_record"]
@@ -51,7 +52,8 @@ class RunView:
         series: every series by tag: ``acc`` (the monitored accuracy), ``val/logprob``, ``val/token_acc``,
             ``val/loss``, ``train/loss``, ``lr``, ``rankme/<layer>``, ``probe_acc/<layer>``, ...
         info: what is known of the run before it starts: ``task``, ``difficulty``, ``max_steps``,
-            ``warmup_steps``, ``chance`` (the input-independent answer's scores), ``seed``... Any may be missing.
+            ``warmup_steps``, ``chance`` (the input-independent answer's scores), ``seed``... Any may be missing (a
+            warm-up not declared is read from the ``lr`` series: :attr:`warmup_steps`).
     """
 
     steps: tuple[int, ...]
@@ -104,8 +106,10 @@ class RunView:
 
     @property
     def warmup_steps(self) -> int | None:
+        """The run's declared ``warmup_steps``, else the warm-up read from its recorded learning rate
+        (:func:`~capgeo_callbacks.detection.warmup.warmup_from_lr`), else None."""
         value = self.info.get("warmup_steps")
-        return None if value is None else int(value)
+        return warmup_from_lr(self.steps, self.values(LR)) if value is None else int(value)
 
 
 @dataclass(frozen=True)

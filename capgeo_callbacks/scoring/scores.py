@@ -264,7 +264,9 @@ def bootstrap_median(values: Sequence[float], draws: int = 2000, seed: int = 0) 
     data = np.array(values, dtype=float)
     rng = np.random.default_rng(seed)
     medians = np.median(rng.choice(data, size=(draws, len(data)), replace=True), axis=1)
-    return float(np.quantile(medians, 0.025)), float(np.quantile(medians, 0.975))
+    with np.errstate(invalid="ignore"):  # numpy interpolates between two infinite medians as NaN: the bound is inf
+        low, high = np.quantile(medians, [0.025, 0.975])
+    return (math.inf if math.isnan(low) else float(low)), (math.inf if math.isnan(high) else float(high))
 
 
 def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[float] = FRACTIONS,
@@ -290,7 +292,7 @@ def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[f
             "n": len(errors), "median_error": float(np.median(errors)) if errors else None,
             "interval": bootstrap_median(errors) if finite else None, "no_forecast": len(errors) - len(finite),
             "coverage": Rate(sum(covered), len(covered)),
-            "mean_width": float(np.mean([w for w in widths if math.isfinite(w)])) if widths else None,
+            "mean_width": _mean_width(widths),
             **({"errors": errors} if keep_errors else {})}
     beyond = {}
     for run in runs:
@@ -324,6 +326,13 @@ def warning_table(scores: Sequence[Mapping[str, Any]]) -> str:
                      f"{s['false_alarms_controls']} | {s['false_alarms_never_acquired']} | {_cell(s['lead'])} | "
                      f"{_cell(s['lead_share'], 2)} | {_cell(s['lead_over_onset'])} |")
     return "\n".join(lines)
+
+
+def _mean_width(widths: Sequence[float]) -> float | None:
+    """The mean relative width of the finite intervals; infinite where every interval is (no upper end); None
+    without intervals."""
+    finite = [width for width in widths if math.isfinite(width)]
+    return float(np.mean(finite)) if finite else (math.inf if widths else None)
 
 
 def error_text(entry: Mapping[str, Any]) -> str:
