@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import MeasureCallback
-from capgeo_callbacks.capture.layers import DEFAULT_LAYERS, glob_match, resolve_layers, short_names
+from capgeo_callbacks.capture.layers import BlocksNotFound, find_blocks, resolve_layers, short_names
 from capgeo_callbacks.keys import WEIGHT_NORM
 from capgeo_callbacks.measures.norms import parameter_norm
 from capgeo_callbacks.run.failures import never_fails
@@ -31,8 +31,9 @@ class WeightNormMonitor(MeasureCallback):
 
     Args:
         layers: module names or globs over ``pl_module.named_modules()`` whose own norms are logged too. ``None``
-            (the default): capgeo's blocks and final norm where the model has them, else the global norm alone;
-            ``()``: the global norm alone.
+            (the default): the transformer's blocks and final norm as :class:`~capgeo_callbacks.RankMeMonitor` finds
+            them (:func:`~capgeo_callbacks.capture.layers.find_blocks`), else the global norm alone; ``()``: the
+            global norm alone.
         every_n_evals: measure at every n-th validation.
         prefix: tag prefix.
 
@@ -72,9 +73,10 @@ class WeightNormMonitor(MeasureCallback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.layers is None:
-            names = [name for name, _ in pl_module.named_modules() if name]
-            found = any(glob_match(pattern, name) for pattern in DEFAULT_LAYERS for name in names)
-            self.layer_names = resolve_layers(pl_module, DEFAULT_LAYERS) if found else []
+            try:
+                self.layer_names = find_blocks(pl_module)
+            except BlocksNotFound:  # no transformer blocks to name: the global norm is still measured
+                self.layer_names = []
         else:
             self.layer_names = resolve_layers(pl_module, self.layers) if self.layers else []
         self.layer_tags = short_names(self.layer_names) if self.layer_names else {}

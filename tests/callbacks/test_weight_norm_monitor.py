@@ -47,13 +47,27 @@ def test_norms_of_the_weights_each_validation_saw(tmp_path: Path) -> None:
     assert [e.step for e in events.Scalars("weight_norm/layers.0")] == [e.step for e in events.Scalars("val_acc")]
 
 
-def test_default_layers_are_capgeos_blocks_where_present_else_global_only(tmp_path: Path) -> None:
+def test_default_layers_are_the_blocks_found_else_global_only(tmp_path: Path) -> None:
     on_capgeo = WeightNormMonitor()
     fit(tmp_path / "capgeo", [on_capgeo], model=TinyAnswerLM())
     assert on_capgeo.tags == ["weight_norm/global", "weight_norm/blocks.0", "weight_norm/norm_f"]
-    foreign = WeightNormMonitor()
+    foreign = WeightNormMonitor()  # torch.nn.TransformerEncoder's layers
     fit(tmp_path / "foreign", [foreign])
-    assert foreign.tags == ["weight_norm/global"] and len(foreign.series["weight_norm/global"]) == 3
+    assert foreign.tags == ["weight_norm/global", "weight_norm/layers.0", "weight_norm/layers.1"]
+    unnamed = WeightNormMonitor()  # no transformer blocks: the global norm alone
+    fit(tmp_path / "unnamed", [unnamed], model=NoBlocks())
+    assert unnamed.tags == ["weight_norm/global"] and len(unnamed.series["weight_norm/global"]) == 3
+
+
+class NoBlocks(ForeignEncoder):
+    """ForeignEncoder's task on a bag of embeddings: no stack of blocks anywhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        del self.encoder
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(x).mean(dim=1))
 
 
 def test_bad_arguments_and_unknown_layers(tmp_path: Path) -> None:
