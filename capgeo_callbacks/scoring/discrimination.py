@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.keys import ACC, LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_LOSS
+from capgeo_callbacks.keys import ACC, LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_LOSS, WEIGHT_NORM
 from capgeo_callbacks.rules import Rule, RunView, rule_output
 
 __all__ = ["LEGEND", "MIN_GROUP", "SHARES", "Auroc", "auroc", "discrimination", "discrimination_table"]
@@ -52,7 +52,6 @@ SHARES = (0.1, 0.25, 0.5)
 MIN_GROUP = 2  # runs in each group for a figure: with one, every resample is the same pair
 SLOPE_POINTS = 5
 RESAMPLES = 9999
-WEIGHT_NORM = "weight_norm/"  # the parameter-norm measure's series (weight_norm/global, weight_norm/<layer>)
 FEATURED = (RANKME, WEIGHT_NORM)  # series whose drop from the running max and slope are scored too
 # +1: a higher value means more likely to acquire; -1: a lower one. Tags ending in "/" are prefixes.
 A_PRIORI = {ACC: 1, TOKEN_ACC: 1, LOGPROB: 1, PROBE_ACC: 1, VAL_LOSS: -1, TRAIN_LOSS: -1}
