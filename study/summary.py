@@ -175,7 +175,6 @@ def differences(texts: dict[Path, str]) -> list[str]:
 NUMBERS: dict[str, dict[str, str]] = {
     "README.md": {
         "2602.15997": "the study's arXiv id",
-        "273": "corpus/gallery/own_model.json.gz: the example's acquisition (python -m study.user_forecast gallery)",
     },
 }
 NUMBER = re.compile(r"\d[\d,.]*%?")

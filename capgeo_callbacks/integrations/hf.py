@@ -158,7 +158,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.session.add_run_info({key: value for key, value in known.items()
                                    if value is not None and self.session.run_info.get(key) is None})
         if state.global_step > 0 and not self.acc:
-            self._restore(state)
+            _restore(self, state)
         if state.global_step in self._scheduled:
             self._measure_at(state, model)
 
@@ -210,16 +210,18 @@ class CapgeoTrainerCallback(TrainerCallback):
         state.log_history.append({**publisher.values, "step": step})
         self._pending = publisher.values
 
-    def _restore(self, state: TrainerState) -> None:
-        """The series of a resumed run, from the entries this callback added to ``state.log_history``."""
-        for entry in state.log_history:  # replayed through the session: the alerts raised before are not announced
-            if ACC_KEY not in entry or "step" not in entry:
-                continue
-            step = int(entry["step"])
-            for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
-                append_point(self.series.setdefault(tag, []), step, float(entry[tag]))
-            scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
-            self.session.tracker.update(step, float(entry[ACC_KEY]), scalars, self.series)
+
+
+def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
+    """A resumed run's series, from the entries ``callback`` added to ``state.log_history``."""
+    for entry in state.log_history:  # replayed through the session: the alerts raised before are not announced
+        if ACC_KEY not in entry or "step" not in entry:
+            continue
+        step = int(entry["step"])
+        for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
+            append_point(callback.series.setdefault(tag, []), step, float(entry[tag]))
+        scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
+        callback.session.tracker.update(step, float(entry[ACC_KEY]), scalars, callback.series)
 
 
 def _check_arguments(num_rows: int, points: int, batch_size: int, max_steps: int | None, schedule: str,
