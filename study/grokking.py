@@ -227,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--workers", type=int, default=2)
     sub.add_parser("fit", help="fit on the calibration runs -> study/grokking_fitted.json")
     sub.add_parser("pilots", help="the pilot runs' outcomes")
+    sub.add_parser("readme", help="the README's line, from the same figures as the report")
     sub.add_parser("report", help="docs/grokking.md")
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -238,6 +239,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(FITTED.relative_to(ROOT))
     elif args.command == "pilots":
         print(pilots_table())
+    elif args.command == "readme":
+        from study.grokking_report import readme_line
+
+        print(readme_line())
     else:
         from study.grokking_report import write_report
 

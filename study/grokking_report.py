@@ -29,7 +29,8 @@ from capgeo_callbacks.scoring.scores import (
     warning_table,
 )
 from launch import ROOT
-from study.grokking import FITTED, REGISTRATION, cell, late_steps, load, outcome, registration, train_step
+from study.grokking import FITTED, REGISTRATION, cell, configs, late_steps, load, outcome, registration, train_step
+from study.who_learns_report import partial_note
 
 DOC = ROOT / "docs" / "grokking.md"
 OUT_OF_FAMILY = ROOT / "study" / "who_learns_fitted.json"
@@ -172,6 +173,7 @@ def page(path: Path = REGISTRATION) -> str:
         f"0.5), {numbers['prompt']} grokked without that delay, {numbers['never']} never grokked within "
         f"{found['fixed']['max_steps']:,} steps, and {numbers['control']} are shuffled-answer controls.",
         "",
+        *partial_note(len(heldout), len(configs("heldout", path))),
         outcomes_table(heldout, gap),
         "",
         "## Will it grok within the budget? (AUROC)",

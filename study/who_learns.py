@@ -127,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--engine", default="ray", choices=("ray", "submitit"))
     run.add_argument("--workers", type=int, default=2)
     sub.add_parser("fit", help="fit on the calibration runs -> study/who_learns_fitted.json")
+    sub.add_parser("readme", help="the README's line, from the same figures as the report")
     sub.add_parser("report", help="docs/who-learns.md")
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -135,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "fit":
         FITTED.write_text(json.dumps(fit(load("calibration")), indent=1, allow_nan=False) + "\n")
         print(FITTED.relative_to(ROOT))
+    elif args.command == "readme":
+        from study.who_learns_report import readme_line
+
+        print(readme_line())
     else:
         from study.who_learns_report import write_report
 
