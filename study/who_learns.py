@@ -32,6 +32,7 @@ REGISTRATION = ROOT / "study" / "who_learns_registration.json"
 FITTED = ROOT / "study" / "who_learns_fitted.json"
 RUNS = ROOT / "runs" / "who-learns"
 FOLDER = CORPUS / "who-learns"
+PILOT_RUNS = ROOT / "runs" / "p37"  # train.py --logdir runs/p37 --name NAME, at seed 0
 PHASES = ("calibration", "heldout")
 
 
@@ -118,6 +119,17 @@ def load(phase: str, path: Path = REGISTRATION, folder: Path = FOLDER) -> list[d
     return runs
 
 
+def pilots_table(folder: Path = PILOT_RUNS) -> str:
+    """The pilot runs' settings and outcomes (never reported as results: they chose the settings)."""
+    lines = ["| run | budget | steps run | acquired at | last accuracy |", "| --- | ---: | ---: | ---: | ---: |"]
+    for summary_path in sorted(folder.glob("*/version_0/capgeo_summary.json")):
+        summary = read_summary(summary_path)
+        last = summary["series"]["acc"][-1][1] if summary["series"].get("acc") else float("nan")
+        lines.append(f"| {summary_path.parents[1].name} | {summary.get('max_steps')} | {summary.get('steps')} | "
+                     f"{summary.get('acquisition_step') or '-'} | {last:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m study.who_learns", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--engine", default="ray", choices=("ray", "submitit"))
     run.add_argument("--workers", type=int, default=2)
     sub.add_parser("fit", help="fit on the calibration runs -> study/who_learns_fitted.json")
+    sub.add_parser("pilots", help="the pilot runs' outcomes (runs/p37)")
     sub.add_parser("readme", help="the README's line, from the same figures as the report")
     sub.add_parser("report", help="docs/who-learns.md")
     args = parser.parse_args(argv)
@@ -136,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "fit":
         FITTED.write_text(json.dumps(fit(load("calibration")), indent=1, allow_nan=False) + "\n")
         print(FITTED.relative_to(ROOT))
+    elif args.command == "pilots":
+        print(pilots_table())
     elif args.command == "readme":
         from study.who_learns_report import readme_line
 

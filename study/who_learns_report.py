@@ -122,7 +122,8 @@ def page() -> str:
         "runs that fail, not only against controls. Registered before any run "
         "([study/who_learns_registration.json](../study/who_learns_registration.json)); fitted on the "
         f"{len(calibration)} calibration runs (seeds 0-2) and frozen before the held-out runs "
-        "([study/who_learns_fitted.json](../study/who_learns_fitted.json)).",
+        "([study/who_learns_fitted.json](../study/who_learns_fitted.json)). The pilots that chose the settings, "
+        "never reported as results: [who-learns-pilots.md](who-learns-pilots.md).",
         "",
         f"Held-out runs: {len(heldout)}: {positives} acquired within their budget, {negatives} non-control runs did "
         f"not, {controls} shuffled-answer controls.",
