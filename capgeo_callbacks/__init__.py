@@ -19,7 +19,7 @@ from capgeo_callbacks.callbacks import (
     PrecursorDetector,
     RankMeMonitor,
 )
-from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
+from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
 from capgeo_callbacks.detection import (
     Alert,
     DetectionSettings,

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from capgeo_callbacks.capture.batches import TARGETS_LOOKED_FOR, to_device
 from capgeo_callbacks.capture.measuring import measuring
 from capgeo_callbacks.capture.selectors import Selector, selector_name
+from capgeo_callbacks.capture.unit import HiddenStateUnit, ProbeUnit, RankMeUnit
 from capgeo_callbacks.detection import Alert, DetectionSettings, append_point
 from capgeo_callbacks.integrations.hf_models import (
     MASK_KEY,
@@ -24,9 +25,10 @@ from capgeo_callbacks.integrations.hf_models import (
     check_probe_rows,
     has_targets,
     layer_globs,
-    measure_hf,
     probe_batches,
+    probe_pass,
     probe_selector,
+    scores_answers,
     selected_rows,
 )
 from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
@@ -55,7 +57,7 @@ class CapgeoTrainerCallback(TrainerCallback):
 
     At the steps of :func:`~capgeo_callbacks.run.schedule.evaluation_steps` (``points`` over the budget; step 0 in
     ``on_train_begin``, the others in ``on_step_end``, whatever the Trainer's ``eval_strategy``), one forward pass
-    over the probe rows (:func:`~capgeo_callbacks.integrations.hf_models.measure_hf`) gives RankMe of every hidden
+    over the probe rows (:func:`~capgeo_callbacks.integrations.hf_models.probe_pass`) gives RankMe of every hidden
     state (``embed``, ``layers.i``, ``layers.{L-1}+final_norm``) and, with targets in the rows (Hugging Face's
     ``labels``, unshifted as the model takes them, or capgeo's ``targets`` + ``answer_mask``), ``val/acc`` (exact
     match of the target tokens), ``val/token_acc``, ``val/logprob``, ``val/loss`` (the model's loss on the rows) and
@@ -112,12 +114,13 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.probe_rows, self.layers, self.selector, self.num_rows = rows, patterns, selector, num_rows
         self.points, self.schedule, self.max_steps = points, schedule, max_steps
         self.acc_fn, self.output_dir = acc_fn, output_dir
-        self.probes = bool(probes) and has_targets(rows) and selector in ("target", "answer")
-        self._probes_wanted = bool(probes)
-        self.batches = probe_batches(rows, batch_size)
+        self.probes = (bool(probes) and has_targets(rows) and selector in ("target", "answer")
+                       and num_rows >= ProbeUnit.min_rows)
+        self._probes_wanted, self.batches = bool(probes), probe_batches(rows, batch_size)
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
                                   token_acc_key=TOKEN_ACC, on_alert=on_alert,
                                   warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning))
+        self.units = _units(selector, num_rows, self.probes, self.session.warn)
         self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]: what this callback measures
         self.rows: dict[str, int] = {}
         self._scheduled = frozenset(eval_steps or ())
@@ -181,25 +184,27 @@ class CapgeoTrainerCallback(TrainerCallback):
             return  # measured at this step already (on_train_begin of a run resumed at a scheduled step)
         device = str(next(model.parameters()).device)
         with measuring(model):
-            measured, _ = measure_hf(model, self.batches, set(self.probe_rows), layers=self.layers,
-                                     selector=self.selector, num_rows=self.num_rows, probes=self.probes,
-                                     device=device, mask_key=MASK_KEY, warn=self.session.warn)
+            logged, scalars = self.measure(model, device)
             if self.acc_fn is not None:
-                measured.scalars[ACC_KEY] = float(self.acc_fn(model, to_device(self.probe_rows, device)))
-        if ACC_KEY not in measured.scalars:
+                scalars[ACC_KEY] = float(self.acc_fn(model, to_device(self.probe_rows, device)))
+        if ACC_KEY not in scalars:
             self.session.warn("no-acc", "the probe rows hold no targets ('labels', or 'targets' + 'answer_mask') and "
                               "no acc_fn was given: accuracy is NaN, so acquisition is never detected")
-        layers = ((RANKME, measured.rankme), (PROBE_ACC, measured.probe_acc))
-        logged = {f"{prefix}{label}": value for prefix, values in layers for label, value in values.items()
-                  if value == value}  # NaN: not measured
         for tag, value in logged.items():
             append_point(self.series.setdefault(tag, []), step, value)
-        self.rows.update(measured.rows)
-        acc = measured.scalars.pop(ACC_KEY, float("nan"))
-        publisher = _Pending({**logged, ACC_KEY: acc, **measured.scalars})
-        self.session.evaluate(step, acc, measured.scalars, self.measurements(), publisher, max_steps=self._budget)
+        acc = scalars.pop(ACC_KEY, float("nan"))
+        publisher = _Pending({**logged, ACC_KEY: acc, **scalars})
+        self.session.evaluate(step, acc, scalars, self.measurements(), publisher, max_steps=self._budget)
         state.log_history.append({**publisher.values, "step": step})
         self._pending = publisher.values
+
+    def measure(self, model: nn.Module, device: str) -> tuple[dict[str, float], dict[str, float]]:
+        """The units' values by tag, and the answer's scores, on the probe rows (in eval mode, without gradients)."""
+        scalars, _ = probe_pass(model, self.batches, self.units, layers=self.layers, device=device, mask_key=MASK_KEY,
+                                score=scores_answers(self.probe_rows), warn=self.session.warn)
+        computed = [unit.compute() for unit in self.units]
+        self.rows.update({tag: rows for one in computed for tag, rows in one.rows.items()})
+        return {tag: value for one in computed for tag, value in one.values.items()}, scalars
 
     def _restore(self, state: TrainerState) -> None:
         """The series of a resumed run, from the entries this callback added to ``state.log_history``."""
@@ -211,6 +216,13 @@ class CapgeoTrainerCallback(TrainerCallback):
                 append_point(self.series.setdefault(tag, []), step, float(entry[tag]))
             scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
             self.session.tracker.update(step, float(entry[ACC_KEY]), scalars, self.series)
+
+
+def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> list[HiddenStateUnit]:
+    """The measuring units the Lightning monitors drive (RankMe, and probes), fed here by one forward pass over the
+    probe rows."""
+    units: list[HiddenStateUnit] = [RankMeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)]
+    return units + ([ProbeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)] if probes else [])
 
 
 def _check_arguments(num_rows: int, points: int, batch_size: int, max_steps: int | None, schedule: str,
