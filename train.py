@@ -34,9 +34,9 @@ from capgeo_callbacks import (
     PrecursorDetector,
     RankMeMonitor,
 )
+from capgeo_callbacks.callbacks.step_progress_bar import BarSafeHandler, StepProgressBar
 from capgeo_callbacks.capture.selectors import SELECTORS
 from capgeo_callbacks.detection import detect_hold, split_points
-from capgeo_callbacks.publish.progress import BarSafeHandler, StepProgressBar
 from capgeo_callbacks.publish.text import rules_table, verdict_table
 from capgeo_callbacks.registry import (
     default_measures,

@@ -18,6 +18,7 @@ from capgeo_callbacks.callbacks import (
     MeasureCallback,
     PrecursorDetector,
     RankMeMonitor,
+    StepProgressBar,
 )
 from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
 from capgeo_callbacks.detection import (
@@ -38,7 +39,6 @@ from capgeo_callbacks.measures import (
     per_example_gradients,
     rankme,
 )
-from capgeo_callbacks.publish.progress import StepProgressBar
 from capgeo_callbacks.registry import (
     MeasureSpec,
     get_measure,
@@ -46,7 +46,16 @@ from capgeo_callbacks.registry import (
     resolve_measures,
     unregister_measure,
 )
-from capgeo_callbacks.rules import Forecast, Needs, Rule, RuleOutput, RunView, default_rules, register_rule
+from capgeo_callbacks.rules import (
+    Forecast,
+    Needs,
+    Rule,
+    RuleOutput,
+    RunView,
+    StoppingPolicy,
+    default_rules,
+    register_rule,
+)
 from capgeo_callbacks.run.session import Measurements, RunSession
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME, read_summary
 
@@ -73,6 +82,7 @@ __all__ = [
     "RunSession",
     "RunView",
     "StepProgressBar",
+    "StoppingPolicy",
     "default_rules",
     "detect_acquisition",
     "detect_collapse",

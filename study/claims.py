@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from capgeo_callbacks.detection.stats import wilson
+from capgeo_callbacks.keys import layer_names
 from capgeo_callbacks.run.reading import RunRecord, find_runs
-from capgeo_callbacks.run.summary import layer_names
 from study.report import precursor_rates, size_correlations
 
 __all__ = ["Claim", "claims", "render"]

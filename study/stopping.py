@@ -6,9 +6,10 @@
 Each set of recorded runs (``study/stopping_settings.json``, "sets") is replayed evaluation by evaluation, with the
 settings that file committed before any replay:
 
-- the capability stopper (:class:`~capgeo_callbacks.callbacks.capability_stopper.CapabilityStopper`) decides on
-  each run alone, from the run's series so far (:func:`~capgeo_callbacks.callbacks.capability_stopper.replay_stop`
-  on the scorer's :class:`~capgeo_callbacks.scoring.ScoredRun` views);
+- the capability stopper's policy (:class:`~capgeo_callbacks.rules.stopping.StoppingPolicy`, the decision of the
+  :class:`~capgeo_callbacks.callbacks.capability_stopper.CapabilityStopper`) decides on each run alone, from the
+  run's series so far (:meth:`~capgeo_callbacks.rules.stopping.StoppingPolicy.replay` on the scorer's
+  :class:`~capgeo_callbacks.scoring.ScoredRun` views);
 - Tune's own :class:`~ray.tune.schedulers.ASHAScheduler` and :class:`~ray.tune.schedulers.MedianStoppingRule`
   (the scheduler objects, driven directly) decide on ``val/acc`` against the other runs of the set: every run's
   evaluations are fed in order of their share of the budget, as if the set had started together.
@@ -21,7 +22,6 @@ acquisition step (learners lost). Rates with n and a Wilson 95% interval.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.callbacks.capability_stopper import CapabilityStopper, replay_stop
-from capgeo_callbacks.rules import Rule
+from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS
+from capgeo_callbacks.rules.stopping import StoppingPolicy
 from capgeo_callbacks.scoring import Rate, ScoredRun, load_runs
 from launch import ROOT
 
@@ -39,33 +39,35 @@ SETS = {"heldout": ("heldout",), "calibration-seeds": ("hard", "levels", "contro
 METHODS = ("capability_stopper", "asha", "median_stopping")
 
 INTRO = ("Each set of recorded runs is replayed evaluation by evaluation. The capability stopper decides on each run "
-         "alone, from its series so far (`replay_stop`, the callback's own `should_stop`). Tune's `ASHAScheduler` and "
-         "`MedianStoppingRule` (Tune's scheduler objects, driven directly) decide on `val/acc` against the other runs "
-         "of the set: every run's evaluations are fed in order of their share of the budget, as if the whole set had "
-         "started together and run at one speed. Per method: of the runs that never reach 0.5, how many were stopped "
-         "and the share of their step budgets saved; of the runs that reach 0.5, how many were stopped before their "
-         "acquisition step (learners lost). Rates: k/n with a Wilson 95% interval.")
+         "alone, from its series so far (`StoppingPolicy.replay`, the callback's own `should_stop`). Tune's "
+         "`ASHAScheduler` and `MedianStoppingRule` (Tune's scheduler objects, driven directly) decide on `val/acc` "
+         "against the other runs of the set: every run's evaluations are fed in order of their share of the budget, as"
+         " if the whole set had started together and run at one speed. Per method: of the runs that never reach 0.5, "
+         "how many were stopped and the share of their step budgets saved; of the runs that reach 0.5, how many were "
+         "stopped before their acquisition step (learners lost). Rates: k/n with a Wilson 95% interval.")
 Stops = dict[str, tuple[int | None, str]]  # run name -> (step it was stopped at, or None; why)
 
 
-def _rule(entry: Mapping[str, Any]) -> Rule:
-    module, _, name = entry["class"].rpartition(".")
-    return getattr(importlib.import_module(module), name).from_settings(entry["settings"])
-
-
-def capability_stopper(settings: Mapping[str, Any]) -> CapabilityStopper:
-    """The stopper the settings file describes."""
+def capability_stopper(settings: Mapping[str, Any]) -> StoppingPolicy:
+    """The stopping policy the settings file describes (its rules as rule records). The file, committed before any
+    replay, also names the acquisition it was replayed with (``threshold``, ``acquisition_patience``): the run views'
+    detection settings, which every rule and the policy read."""
     options = dict(settings["capability_stopper"]["settings"])
-    forecaster, onset = options.pop("forecaster"), options.pop("onset_rule")
-    return CapabilityStopper(forecaster=_rule(forecaster), onset_rule=_rule(onset), **options)
+    acquisition = {"threshold": options.pop("threshold", DEFAULT_SETTINGS.threshold),
+                   "acquisition_patience": options.pop("acquisition_patience", DEFAULT_SETTINGS.patience)}
+    if acquisition != {"threshold": DEFAULT_SETTINGS.threshold, "acquisition_patience": DEFAULT_SETTINGS.patience}:
+        raise ValueError(f"{SETTINGS} replays acquisition at {acquisition}; the recorded runs are read with the "
+                         f"detection settings' threshold {DEFAULT_SETTINGS.threshold} and patience "
+                         f"{DEFAULT_SETTINGS.patience}")
+    return StoppingPolicy.from_settings(options)
 
 
 def budget_percent(run: ScoredRun, step: int) -> float:
     return 100.0 * step / (run.view.max_steps or run.view.steps[-1])
 
 
-def replay_stopper(runs: Sequence[ScoredRun], stopper: CapabilityStopper) -> Stops:
-    return {run.name: replay_stop(stopper, run.view) for run in runs}
+def replay_stopper(runs: Sequence[ScoredRun], policy: StoppingPolicy) -> Stops:
+    return {run.name: policy.replay(run.view) for run in runs}
 
 
 def replay_scheduler(runs: Sequence[ScoredRun], make: Callable[[], Any], seed: int = 0) -> Stops:

@@ -8,6 +8,7 @@ from capgeo_callbacks.callbacks.linear_probe_monitor import LinearProbeMonitor
 from capgeo_callbacks.callbacks.llc_monitor import LLCMonitor
 from capgeo_callbacks.callbacks.precursor_detector import PrecursorDetector
 from capgeo_callbacks.callbacks.rankme_monitor import RankMeMonitor
+from capgeo_callbacks.callbacks.step_progress_bar import StepProgressBar
 from capgeo_callbacks.run.failures import never_fails
 
 __all__ = [
@@ -20,5 +21,6 @@ __all__ = [
     "MeasureCallback",
     "PrecursorDetector",
     "RankMeMonitor",
+    "StepProgressBar",
     "never_fails",
 ]

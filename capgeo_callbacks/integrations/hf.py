@@ -128,7 +128,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         self._pending: dict[str, float] = {}
         self._parameters = 0
 
-    steps = property(lambda self: self.session.tracker.steps, doc="The steps measured so far.")
+    steps = property(lambda self: list(self.session.view.steps), doc="The steps measured so far.")
     acc = property(lambda self: self.session.acc)
     alerts = property(lambda self: self.session.alerts)
     summary = property(lambda self: self.session.summary)
@@ -215,7 +215,7 @@ class CapgeoTrainerCallback(TrainerCallback):
             for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
                 append_point(self.series.setdefault(tag, []), step, float(entry[tag]))
             scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
-            self.session.tracker.update(step, float(entry[ACC_KEY]), scalars, self.series)
+            self.session.restore(step, float(entry[ACC_KEY]), scalars, Measurements(self.series))
 
 
 def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> list[HiddenStateUnit]:

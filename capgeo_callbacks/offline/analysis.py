@@ -181,7 +181,7 @@ def analyze(
              f"{digest[:12]}...): their RankMe is the same by construction, so a flat stretch there is not geometry")
     measured = _feed(session, results, labels or (list(results[0]["rankme"]) if results else []), record,
                      chosen, probe_spec)
-    monitor_name, logprob_key = session.monitor, session.tracker.logprob_key
+    monitor_name, logprob_key = session.monitor, session.keys.logprob_key
     steps = max([int(r["step"]) for r in results[-1:]] + live_steps[-1:] + [record.steps or 0])
     analysis = {
         "source": "offline", "model_kind": kind, "selector": selector_name(chosen), "num_rows": rows_per_layer,

@@ -36,10 +36,12 @@ from capgeo_callbacks.rules.forecasters import (
     ThresholdForecaster,
 )
 from capgeo_callbacks.rules.geometry import GeometryRule, StudyRule
-from capgeo_callbacks.rules.trend import LastValueForecaster, LinearForecaster, TrendForecaster
+from capgeo_callbacks.rules.stopping import StoppingPolicy
+from capgeo_callbacks.rules.trend import AccuracyOnsetRule, LastValueForecaster, LinearForecaster, TrendForecaster
 
 __all__ = [
     "RULES",
+    "AccuracyOnsetRule",
     "ClockForecaster",
     "ClockRule",
     "CurveForecaster",
@@ -56,6 +58,7 @@ __all__ = [
     "Rule",
     "RuleOutput",
     "RunView",
+    "StoppingPolicy",
     "StudyRule",
     "ThresholdForecaster",
     "TrendForecaster",
@@ -84,6 +87,7 @@ RULES: dict[str, Callable[[], Rule]] = {
     "acc-trend": TrendForecaster,
     "acc-last": LastValueForecaster,
     "acc-linear": LinearForecaster,
+    "acc-onset": AccuracyOnsetRule,
     "loss-threshold": lambda: ThresholdForecaster("loss", window=1.0),
     # fitted on calibration runs (ClockForecaster().fit(runs), as study.forecast does); unfitted they forecast nothing
     "clock": ClockForecaster,

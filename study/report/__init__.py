@@ -5,9 +5,9 @@ The runs are read by :func:`capgeo_callbacks.run.reading.find_runs`; a run's row
 CSV and figures, and the command line (:mod:`.render`). It reads summaries only, never the model packages.
 """
 
+from capgeo_callbacks.keys import layer_names
 from capgeo_callbacks.publish.figures import plot_grid, plot_run
 from capgeo_callbacks.run.reading import RunRecord, find_runs
-from capgeo_callbacks.run.summary import layer_names
 from study.report.curves import curve_correlation, rankme_curve, size_correlations
 from study.report.render import build_report, fmt, main, render_markdown, write_csv
 from study.report.rows import precursor_rates, run_row

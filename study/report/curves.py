@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from capgeo_callbacks.detection import spearman
+from capgeo_callbacks.keys import layer_names
 from capgeo_callbacks.run.reading import DIFFICULTY_ORDER, RunRecord
-from capgeo_callbacks.run.summary import layer_names
 from study.report.rows import RANKME_PREFIX
 
 # --------------------------------------------------------------------------------------- correlations

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from capgeo_callbacks.keys import layer_names
 from capgeo_callbacks.run.reading import RunRecord
-from capgeo_callbacks.run.summary import layer_names
 
 MISSING = "—"
 RANKME_PREFIX = "rankme/"

@@ -136,7 +136,7 @@ def test_hugging_face_labels_give_accuracy_loss_and_probes_without_configuration
     assert not [str(w.message) for w in caught if "CapgeoTrainerCallback" in str(w.message)]
     assert callback.selector == "target" and callback.probes and callback.num_rows == 48 * DIGITS
     assert callback.rows == {f"{kind}/{label}": 48 * DIGITS for kind in ("rankme", "probe_acc") for label in LABELS}
-    record = callback.session.tracker.scalars
+    record = callback.session.scalars
     assert {"val/token_acc", "val/logprob", "val/loss"} <= set(record)
     assert record["val/loss"][-1][1] == pytest.approx(-record["val/logprob"][-1][1])
     # the loss at step 0 is the initial model's own on the labelled tokens

@@ -39,7 +39,7 @@ def test_a_log_line_goes_above_an_open_bar_not_onto_it() -> None:
 
     from tqdm import tqdm
 
-    from capgeo_callbacks.publish.progress import BarSafeHandler
+    from capgeo_callbacks.callbacks.step_progress_bar import BarSafeHandler
 
     stream = io.StringIO()
     handler = BarSafeHandler(stream)

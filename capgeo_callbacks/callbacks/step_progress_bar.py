@@ -1,10 +1,14 @@
-"""A progress bar that counts optimizer steps out of the budget and shows what capgeo watches.
+r"""Step progress bar
+=================
+
+A progress bar that counts optimizer steps out of the budget and shows what capgeo watches.
 
 Lightning's bar counts batches of an epoch; a run over an endless stream of batches has no epochs to count,
 so it shows ``Epoch 0/-2`` and an unknown total. :class:`StepProgressBar` shows ``step k/max_steps`` and,
 beside the logged progress-bar metrics, the latest monitored accuracy, the deepest watched layer's RankMe and the
-forecast of the acquisition step made at the latest evaluation, with its interval (from the
-:class:`~capgeo_callbacks.PrecursorDetector` if there is one), or the acquisition step once it is confirmed.
+forecast of the acquisition step made at the latest evaluation, with its interval, or the acquisition step once it
+is confirmed: all read from the view of the run the :class:`~capgeo_callbacks.PrecursorDetector`'s session keeps
+(:class:`~capgeo_callbacks.run.view.SessionView`), if there is a detector.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import TQDMProgressBar
 from typing_extensions import override
 
-from capgeo_callbacks.keys import by_layer
+from capgeo_callbacks.callbacks.precursor_detector import PrecursorDetector
 
 __all__ = ["BarSafeHandler", "StepProgressBar"]
 
@@ -89,25 +93,20 @@ class StepProgressBar(TQDMProgressBar):
     @override
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, int | str | float]:
         metrics = {key: value for key, value in super().get_metrics(trainer, pl_module).items() if key != "v_num"}
-        from capgeo_callbacks.callbacks.base import measurements_of
-        from capgeo_callbacks.callbacks.precursor_detector import PrecursorDetector
-
         detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
         if detector is None:
             return metrics
-        if detector.acc:
-            metrics[detector.monitor] = f"{detector.acc[-1][1]:.3f}"
-        rankme = by_layer(measurements_of(trainer, pl_module).series, detector.tracker.rankme_prefix)
+        view = detector.view
+        if view.steps:
+            metrics[view.keys.monitor] = f"{view.acc:.3f}"
+        rankme = [(layer, value) for layer, value in view.layers().items() if math.isfinite(value)]
         if rankme:
-            deepest, points = list(rankme.items())[-1]
-            if points:
-                metrics[f"rankme {deepest}"] = f"{points[-1][1]:.1f}"
-        now = detector.acc[-1][0] if detector.acc else None
-        forecasts = [made[-1] for made in detector.tracker.forecasts.values() if made and made[-1].step == now]
-        if detector.acquired_step is not None:
-            metrics["acquired"] = f"step {detector.acquired_step}"
-        elif forecasts:  # made at the latest evaluation: an older one may no longer stand
-            latest = forecasts[-1]
+            deepest, value = rankme[-1]
+            metrics[f"rankme {deepest}"] = f"{value:.1f}"
+        if view.acquired_step is not None:
+            metrics["acquired"] = f"step {view.acquired_step}"
+        elif view.forecasts:  # made at the latest evaluation: an older one may no longer stand
+            latest = list(view.forecasts.values())[-1]
             interval = ("" if latest.low is None or latest.high is None else
                         f" [{latest.low:.0f}, {'inf' if math.isinf(latest.high) else f'{latest.high:.0f}'}]")
             metrics[f"forecast ({latest.rule})"] = ("beyond reach" if math.isinf(latest.predicted)
