@@ -4,7 +4,7 @@ resuming others.
     python sweep.py --tasks mod sort --difficulties hard --sizes xs s --logdir runs/sweep --fraction 0.25 --jobs 2
     python sweep.py ... --address auto                 # on the Ray cluster this machine belongs to (docs/sweeps.md)
     python sweep.py ... --engine submitit              # Slurm (or local processes where there is none)
-    python -m study.report runs/sweep
+    python -m study.record.report runs/sweep
 
 Each run is one trial of the launcher (:mod:`launch`), writing to ``LOGDIR/TASK-DIFFICULTY-SIZE-sSEED`` (train.py's
 own naming), with its output in ``run.log`` beside the run's ``version_*`` folders. What the folder holds decides
@@ -122,7 +122,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Run train.py over tasks x difficulties x sizes x seeds on Ray Tune (or submitit); skip finished "
                     "runs, resume others.",
-        epilog="Then: python -m study.report LOGDIR. Clusters: docs/sweeps.md",
+        epilog="Then: python -m study.record.report LOGDIR. Clusters: docs/sweeps.md",
     )
     parser.add_argument("--tasks", nargs="+", required=True, metavar="TASK", help=f"of: {', '.join(tasks.TASKS)}")
     parser.add_argument("--difficulties", nargs="+", default=["hard"], metavar="DIFFICULTY",

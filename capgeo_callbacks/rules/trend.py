@@ -33,7 +33,7 @@ __all__ = ["TREND_SPREAD", "AccuracyOnsetRule", "LastValueForecaster", "LinearFo
 
 # log(actual / predicted time to acquisition) of acc-trend's forecasts on corpus/calibration, at 25%, 50% and 75% of
 # each acquired run's time to acquisition: the 10th and 90th percentiles, rounded out to 0.1
-# (python -m study.user_forecast spread; docs/user-forecast.md)
+# (python -m study.record.user_forecast spread; docs/user-forecast.md)
 TREND_SPREAD = (-0.7, 1.4)
 
 

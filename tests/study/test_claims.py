@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capgeo_callbacks.run.reading import RunRecord
-from study.claims import claims, main
+from study.record.claims import claims, main
 
 
 def run(name: str, **fields: object) -> RunRecord:

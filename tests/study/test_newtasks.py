@@ -1,5 +1,5 @@
-"""The registered test on new task families (study.newtasks): what it registers, which runs it accepts, and that its
-targets' verdicts follow the measured figures."""
+"""The registered test on new task families (study.phases.newtasks): what it registers, which runs it accepts, and that
+its targets' verdicts follow the measured figures."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from examples.new_tasks.run import SETTINGS
-from study.heldout import sha256
-from study.newtasks import REGISTRATION, jobs, registered_runs, registration, scored, targets
+from study.phases.heldout import sha256
+from study.phases.newtasks import REGISTRATION, jobs, registered_runs, registration, scored, targets
 from tests.scoring.test_scores import ACQUIRED, NEVER, write_run
 from tests.study.helpers import repo_with_registration
 

@@ -1,4 +1,4 @@
-"""The stopper replay (study.stopping): Tune's real schedulers driven over recorded runs respect their committed
+"""The stopper replay (study.record.stopping): Tune's real schedulers driven over recorded runs respect their committed
 grace period, and the capability stopper's replay is its own decision, run by run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from capgeo_callbacks.scoring import load_runs
-from study import stopping
+from study.record import stopping
 
 pytest.importorskip("ray")
 

@@ -1,6 +1,6 @@
 """Run study phases on a machine with many cores and a GPU, within a deadline, and pack what finished.
 
-    CAPGEO_COMMIT=<sha> CAPGEO_TREE_CLEAN=1 python -m study.device --plan calibration levels --workers 16 \
+    CAPGEO_COMMIT=<sha> CAPGEO_TREE_CLEAN=1 python -m study.phases.device --plan calibration levels --workers 16 \
         --seconds 330 --out OUT
 
 First a 30-step smoke run on the GPU: if it fails (or there is no GPU) every job runs on the CPU instead. Jobs then
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from launch import ENGINES, ROOT, Outcome, TrialFailed, launch, run_trial, summary_of
 from launch import Trial as Job
-from study import ablation, calibration, corpus
+from study.phases import ablation, calibration, corpus
 
 PLANS = {
     "calibration": lambda: calibration.variant_jobs(),

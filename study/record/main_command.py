@@ -1,6 +1,6 @@
 """What the README's main command did, read from the summaries it left: the Quick start's paragraph.
 
-    python -m study.main_command        # from docs/main-command/capgeo_summary.json.gz and corpus/fresh/
+    python -m study.record.main_command        # from docs/main-command/capgeo_summary.json.gz and corpus/fresh/
 
 The main command's summary is the run whose whole output is docs/main-command/output.txt; the fresh seeds are the
 same command on seeds 3 and 4 (docs/fresh-seeds.md). Every number of the paragraph is read from them: the cost

@@ -1,13 +1,13 @@
 """The first version's calibration records, rendered: what docs/calibration/ keeps of the runs made on a 2-core CPU.
 
-    python -m study.calibration_records runs      # -> docs/calibration/runs.md, every recorded run
-    python -m study.calibration_records levels    # per level: its present setting and the recorded runs at it
+    python -m study.record.calibration_records runs      # -> docs/calibration/runs.md, every recorded run
+    python -m study.record.calibration_records levels    # per level: its present setting and the recorded runs at it
 
 The records are ``docs/calibration/explore.jsonl`` (lean runs: train.py's training trajectory, evaluated on its
 validation set every few evaluation intervals, without Lightning or the measures) and ``train_runs.jsonl``
 (whole ``train.py`` runs). The scripts that made them are gone (they called train.py flags that no longer
 exist); a run is redone with ``train.py --task-params ... --stop-when-learned`` or ``python -m
-study.calibration run``, which calibrates the hard levels now.
+study.phases.calibration run``, which calibrates the hard levels now.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ RUNS_HEADER = [
     "CPU time (explore: of its training loop; train.py: the whole process), which does not grow when other",
     "processes share the core; load: the 1-minute load average at the start and end of the run (2 cores: a",
     "load above 2 means the run shared its core with someone else's process for part of the time).",
-    "Rendered by `python -m study.calibration_records runs`.",
+    "Rendered by `python -m study.record.calibration_records runs`.",
     "",
     "| # | tool | task | level | parameters | seed | max_steps | batch | lr | acquisition | steps run "
     "| final acc (max) | wall s | CPU s | load | s/step | eval s | note |",
@@ -121,7 +121,8 @@ def levels_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.calibration_records", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m study.record.calibration_records",
+                                     description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("runs", help="write docs/calibration/runs.md from the records")
     commands.add_parser("levels", help="print each level's present setting beside the recorded runs at it")

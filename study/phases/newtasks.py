@@ -1,8 +1,8 @@
 """The registered test on task families capgeo was never built on (issue 29).
 
-    python -m study.newtasks run       # the registered runs, resumable -> runs/newtasks/, corpus/newtasks/
-    python -m study.newtasks report    # -> docs/newtasks.md (scored by capgeo_callbacks.scoring)
-    python -m study.newtasks readme    # README.md's table "on a task nobody calibrated"
+    python -m study.phases.newtasks run       # the registered runs, resumable -> runs/newtasks/, corpus/newtasks/
+    python -m study.phases.newtasks report    # -> docs/newtasks.md (scored by capgeo_callbacks.scoring)
+    python -m study.phases.newtasks readme    # README.md's table "on a task nobody calibrated"
 
 The families are examples a user could have written (``examples/new_tasks``), with capgeo attached as README.md's
 "On your own model" prints it: no calibration, no chance table, no clock. What is registered
@@ -18,8 +18,9 @@ import argparse
 import json
 import math
 import re
+import subprocess
+import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,15 @@ from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs, warning_scores
 from capgeo_callbacks.scoring.scores import Rate, error_text, warning_table
 from launch import ROOT, require_clean_tree
-from study.corpus import CORPUS, write_packed
-from study.heldout import committed, registered_before, sha256
+from study.phases.corpus import CORPUS, write_packed
+from study.registrations.policy import committed, registered_before, sha256
 
 REGISTRATION = ROOT / "study" / "newtasks_registration.json"
 RUNS = ROOT / "runs" / "newtasks"
 FOLDER = CORPUS / "newtasks"
 DOC = ROOT / "docs" / "newtasks.md"
 PILOTS = ROOT / "examples" / "new_tasks" / "PILOTS.md"
+EXAMPLE = "examples.new_tasks"  # the families' example, run by its own command: ``python -m examples.new_tasks``
 
 
 def registration(path: Path = REGISTRATION) -> dict[str, Any]:
@@ -53,35 +55,38 @@ def jobs(path: Path = REGISTRATION) -> list[tuple[str, int, bool]]:
 
 
 def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER) -> list[Path]:
-    """Run (or resume) every registered run not yet in ``folder``; export each as it finishes."""
-    from examples.new_tasks.run import SETTINGS, run, run_name
-
+    """Run (or resume) every registered run not yet in ``folder``; export each as it finishes. Each run is the
+    example's own command (``python -m examples.new_tasks``: the study runs it as a user would, and imports none of
+    it); a run whose recorded settings are not the registered ones is refused."""
     commit = require_clean_tree("the registered test on new task families")
     if not committed(path):
         raise SystemExit(f"{path.relative_to(ROOT)} is not committed as it is: commit the registration first")
     found, digest = registration(path), sha256(path)
-    for family, registered in found["families"].items():
-        if asdict(SETTINGS[family]) != registered:
-            raise SystemExit(f"examples.new_tasks.run.SETTINGS[{family!r}] is {asdict(SETTINGS[family])}, "
-                             f"not the registered {registered}")
     written = []
     for family, seed, control in jobs(path):
-        name = run_name(family, seed, control)
-        target = folder / f"{name}.json.gz"
-        if target.exists():
+        done = list(folder.glob(f"{family}{'-control' if control else ''}-s{seed}.json.gz"))
+        if done:
             continue
-        run_dir = run(family, seed, control, root=runs, settings=SETTINGS[family])
+        printed = subprocess.run([sys.executable, "-m", EXAMPLE, family, "--seed", str(seed), "--root", str(runs),
+                                  *(["--control"] if control else [])], cwd=ROOT, check=True, capture_output=True,
+                                 text=True).stdout
+        run_dir = Path(printed.strip().splitlines()[-1]).parent  # the example prints its summary's path
         record = json.loads((run_dir / "run.json").read_text())
+        if record["settings"] != found["families"][family]:
+            raise SystemExit(f"{run_dir}: the example ran {family} with {record['settings']}, not the registered "
+                             f"{found['families'][family]}")
         summary = read_summary(run_dir / "capgeo_summary.json")
-        summary.update(task=family, seed=seed, shuffled_answers=control, max_steps=SETTINGS[family].max_steps,
+        summary.update(task=family, seed=seed, shuffled_answers=control, max_steps=record["settings"]["max_steps"],
                        settings=record["settings"], cpu_seconds=record["cpu_seconds"],
                        wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
                        resumes=len(record["parts"]) - 1, threads=record["threads"],
                        omp_num_threads=record["omp_num_threads"], torch=torch.__version__, commit=commit,
                        uncommitted_changes=False,
                        registration={"path": path.relative_to(ROOT).as_posix(), "sha256": digest})
+        target = folder / f"{run_dir.name}.json.gz"
         written.append(write_packed(summary, target))
-        print(f"{name}: acquisition {summary.get('acquisition_step')}, {record['cpu_seconds']} CPU s -> {target}")
+        print(f"{run_dir.name}: acquisition {summary.get('acquisition_step')}, {record['cpu_seconds']} CPU s -> "
+              f"{target}")
     return written
 
 
@@ -228,7 +233,7 @@ def page(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
     forecasters = " ".join(s["forecasts"])
     return "\n".join([
         "# On a task nobody calibrated: the registered test on new task families", "",
-        "Generated by `python -m study.newtasks report`. The scores are "
+        "Generated by `python -m study.phases.newtasks report`. The scores are "
         f"`python -m capgeo_callbacks.scoring corpus/newtasks --rules {warnings} --forecasters {forecasters}`.", "",
         f"Registered in [`study/newtasks_registration.json`](../study/newtasks_registration.json) "
         f"(sha256 `{sha256(path)[:12]}`, committed before every run: each run records the sha256 and its commit, "

@@ -11,7 +11,7 @@ import numpy as np
 from capgeo_callbacks.detection import spearman
 from capgeo_callbacks.keys import layer_names
 from capgeo_callbacks.run.reading import DIFFICULTY_ORDER, RunRecord
-from study.report.rows import RANKME_PREFIX
+from study.record.report.rows import RANKME_PREFIX
 
 # --------------------------------------------------------------------------------------- correlations
 

@@ -1,7 +1,7 @@
 """The study's claims, tested on a folder of runs
 ===============================================
 
-    python -m study.claims corpus/hard --out docs/claims
+    python -m study.record.claims corpus/hard --out docs/claims
 
 Each claim of the study (arXiv 2602.15997) is restated as a count over the runs that can test it, with n,
 the rate or the correlation, a Wilson 95% interval for rates, and a verdict: ``reproduced`` (the study's
@@ -22,7 +22,7 @@ from typing import Any
 from capgeo_callbacks.detection.stats import wilson
 from capgeo_callbacks.keys import layer_names
 from capgeo_callbacks.run.reading import RunRecord, find_runs
-from study.report import precursor_rates, size_correlations
+from study.record.report import precursor_rates, size_correlations
 
 __all__ = ["Claim", "claims", "render"]
 
@@ -188,12 +188,12 @@ def render(found: Sequence[Claim], command: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> list[Claim]:
-    parser = argparse.ArgumentParser(prog="python -m study.claims", description=__doc__.split("\n")[3])
+    parser = argparse.ArgumentParser(prog="python -m study.record.claims", description=__doc__.split("\n")[3])
     parser.add_argument("runs_dirs", nargs="+", help="folders of runs (e.g. corpus/hard corpus/levels corpus/s)")
     parser.add_argument("--out", help="write claims.md into this folder")
     args = parser.parse_args(argv)
     found = claims([record for folder in args.runs_dirs for record in find_runs(folder)])
-    text = render(found, "python -m study.claims " + " ".join(sys.argv[1:] if argv is None else argv))
+    text = render(found, "python -m study.record.claims " + " ".join(sys.argv[1:] if argv is None else argv))
     print(text)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

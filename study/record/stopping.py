@@ -1,7 +1,7 @@
 """The capability stopper against Tune's ASHA and median stopping, replayed on the committed corpus (no training)
 ========================================================================================================
 
-    python -m study.stopping --out docs/stopping.md
+    python -m study.record.stopping --out docs/stopping.md
 
 Each set of recorded runs (``study/stopping_settings.json``, "sets") is replayed evaluation by evaluation, with the
 settings that file committed before any replay:
@@ -170,7 +170,7 @@ def table(name: str, runs: Sequence[ScoredRun], outcomes: Mapping[str, Mapping[s
     return "\n".join(lines)
 
 
-COMMAND = "python -m study.stopping --out docs/stopping.md"
+COMMAND = "python -m study.record.stopping --out docs/stopping.md"
 
 
 def page(corpus: Path = ROOT / "corpus") -> str:
@@ -187,7 +187,7 @@ def page(corpus: Path = ROOT / "corpus") -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(prog="python -m study.stopping", description=__doc__.split("\n")[1])
+    parser = argparse.ArgumentParser(prog="python -m study.record.stopping", description=__doc__.split("\n")[1])
     parser.add_argument("--corpus", type=Path, default=ROOT / "corpus")
     parser.add_argument("--out", type=Path, default=None, help="write the tables into this Markdown file")
     args = parser.parse_args(argv)

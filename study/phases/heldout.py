@@ -1,14 +1,14 @@
 """The pre-registered held-out test: seeds 100-102 of every hard task acquired on the calibration seeds, and their
 shuffled-answer controls, run only under a committed registration (``study/registration.json``).
 
-    python -m study.heldout run --workers 2      # refuses without a committed registration
-    python -m study.heldout export               # -> corpus/heldout/<run>.json.gz
-    python -m study.heldout report               # -> docs/heldout.md
+    python -m study.phases.heldout run --workers 2      # refuses without a committed registration
+    python -m study.phases.heldout export               # -> corpus/heldout/<run>.json.gz
+    python -m study.phases.heldout report               # -> docs/heldout.md
 
 The held-out policy is the study's, applied here before any run reaches the scorer (which scores every run it is
 given): each run records the registration's sha256 and the code commit (train.py ``--registration``, whose default
-is :data:`REGISTRATION`, read through :func:`registered_rules`); a held-out run (seed >= ``HELD_OUT_SEEDS``) is
-reported only when both match a registration committed before it (:func:`held_out_check`). ``run`` refuses a tree
+is :data:`REGISTRATION`); a held-out run (seed >= ``HELD_OUT_SEEDS``) is reported only when both match a registration
+committed before it (:func:`study.registrations.policy.held_out_check`). ``run`` refuses a tree
 with uncommitted changes, so the commit a run records is the code it ran.
 """
 
@@ -20,95 +20,25 @@ import json
 import math
 import os
 import re
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from capgeo_callbacks.rules import Rule, rule_from_record
-from capgeo_callbacks.scoring import ScoredRun
+from capgeo_callbacks.rules import rule_from_record
 from launch import ROOT, add_launch_arguments, launch_with, require_clean_tree, summary_of
 from launch import Trial as Job
-from study.corpus import CORPUS, HELD_OUT_SEEDS, write_packed
-from study.forecast import REGISTRATION
+from study.phases.corpus import CORPUS, HELD_OUT_SEEDS, write_packed
+from study.registrations.forecast import REGISTRATION
+from study.registrations.policy import committed, held_out_check, sha256
 
 RUNS = ROOT / "runs" / "heldout"
-
-
-def registered_rules(path: str | Path = REGISTRATION) -> tuple[list[Rule], dict[str, Any] | None]:
-    """The warning and forecaster a registration file freezes (what train.py runs beside the study's rule), and
-    what a summary records of it: its path (relative to the checkout, else its name: a summary names no folder of
-    the machine it ran on), sha256 and the rules' names. None for ``none`` or a default file not made yet."""
-    if str(path) == "none" or (Path(path) == REGISTRATION and not REGISTRATION.exists()):
-        return [], None
-    data = Path(path).read_bytes()
-    registration = json.loads(data)
-    rules: list[Rule] = []
-    for role in ("warning", "forecaster"):
-        rule = rule_from_record(registration[role])
-        if all(rule.name != other.name for other in rules):
-            rules.append(rule)
-    resolved = Path(path).resolve()
-    shown = str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else resolved.name
-    return rules, {"path": shown, "sha256": sha256(Path(path)), "warning": registration["warning"]["name"],
-                   "forecaster": registration["forecaster"]["name"]}
-
-
-def registered_before(registration: Path, commit: str | None) -> bool:
-    """Whether ``registration`` was committed in (an ancestor of) ``commit``, the code a run was made with."""
-    if not commit:
-        return False
-    root = registration.resolve().parent
-    try:
-        first = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", registration.name], cwd=root,
-                               capture_output=True, text=True, check=True, timeout=30).stdout.split()
-        if not first:
-            return False
-        return subprocess.run(["git", "merge-base", "--is-ancestor", first[-1], commit], cwd=root,
-                              capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def held_out_check(runs: Sequence[ScoredRun], registration: Path | None) -> tuple[list[ScoredRun], list[str]]:
-    """The runs the study may report: every calibration-seed run, and held-out runs (seed >= ``HELD_OUT_SEEDS``)
-    only when they carry ``registration``'s sha256 and were made with code that already held it. Returns (kept,
-    why-dropped)."""
-    digest = sha256(registration) if registration is not None else None
-    kept, dropped = [], []
-    for run in runs:
-        if run.seed is None or run.seed < HELD_OUT_SEEDS:
-            kept.append(run)
-            continue
-        recorded = (run.summary.get("registration") or {}).get("sha256")
-        if digest is None:
-            dropped.append(f"{run.name}: held-out seed, and no registration given")
-        elif recorded != digest:
-            dropped.append(f"{run.name}: made under registration {recorded}, not {digest}")
-        elif not registered_before(registration, run.summary.get("commit")):  # type: ignore[arg-type]
-            dropped.append(f"{run.name}: its commit {run.summary.get('commit')} does not contain the registration")
-        else:
-            kept.append(run)
-    return kept, dropped
-
-
-def committed(path: Path) -> bool:
-    """Whether ``path`` is committed as it is (tracked, no uncommitted change)."""
-    try:
-        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=ROOT, capture_output=True,
-                                 check=False).returncode == 0
-        clean = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", str(path)], cwd=ROOT,
-                               check=False).returncode == 0
-    except OSError:
-        return False
-    return tracked and clean
 
 
 def heldout_jobs(registration: Path = REGISTRATION) -> list[Job]:
     """Seed-major: every registered task's seed 100 and its control first."""
     if not registration.exists() or not committed(registration):
         raise SystemExit(f"no committed registration at {registration}: held-out seeds run only after the choice "
-                         "is frozen (python -m study.forecast register, then commit it)")
+                         "is frozen (python -m study.registrations.forecast register, then commit it)")
     plan = json.loads(registration.read_text())["held_out"]
     jobs = []
     for seed in plan["seeds"]:
@@ -135,16 +65,6 @@ def export() -> int:
 DOC = ROOT / "docs" / "heldout.md"
 
 
-def build(entry: dict, name: str):  # noqa: ANN201 - a Rule
-    """A rule from its registration entry (class path and settings)."""
-    import importlib
-
-    module, _, attribute = entry["class"].rpartition(".")
-    rule = getattr(importlib.import_module(module), attribute).from_settings(entry["settings"])
-    rule.name = name
-    return rule
-
-
 @functools.cache
 def scored(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") -> dict[str, Any]:
     """The registered rules and the frozen comparators scored on the held-out runs, once for every page and
@@ -152,16 +72,17 @@ def scored(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout")
     alert on each run (``alerts``), and the comparators fitted on calibration runs fitted again on the CPU
     calibration runs (``cpu_forecasts``; empty before there are any)."""
     from capgeo_callbacks.scoring import first_alert, forecast_scores, load_runs, warning_scores
-    from study.calibration_cpu import cpu_runs, missing, refitted
+    from study.phases.calibration_cpu import cpu_runs, missing, refitted
 
     frozen = json.loads(registration.read_text())
     runs, dropped = held_out_check(load_runs(folder), registration)
     runs = [run for run in runs if run.seed is not None and run.seed >= HELD_OUT_SEEDS]
     compared = frozen["compared_with"]
-    warnings_ = [build(frozen["warning"], frozen["warning"]["name"])]
-    warnings_ += [build(entry, name) for name, entry in compared["warnings"].items()]
-    forecasters = [build(frozen["forecaster"], frozen["forecaster"]["name"])]
-    forecasters += [build(entry, name) for name, entry in compared["forecasters"].items()]
+    warnings_ = [rule_from_record(frozen["warning"])]
+    warnings_ += [rule_from_record({**entry, "name": name}) for name, entry in compared["warnings"].items()]
+    forecasters = [rule_from_record(frozen["forecaster"])]
+    forecasters += [rule_from_record({**entry, "name": name})
+                    for name, entry in compared["forecasters"].items()]
     alerts = {rule.name: {run.name: first_alert(rule, run.view) for run in runs} for rule in warnings_}
     warned = {rule.name: warning_scores(rule, runs, {name: None if alert is None else alert.step
                                                      for name, alert in alerts[rule.name].items()})
@@ -230,7 +151,7 @@ def scope(s: dict[str, Any]) -> str:
     alarms fall, and how many acquisitions are late."""
     from capgeo_callbacks.detection import DetectionSettings, label_run
     from capgeo_callbacks.run.summary import read_summary
-    from study.calibration import Variant, verdict
+    from study.phases.calibration import Variant, verdict
     from tasks.budgets import budget
 
     frozen = s["frozen"]
@@ -296,14 +217,14 @@ def report(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout")
     comparators; each target met or missed; then the comparators fitted on calibration runs fitted again on the
     held-out runs' hardware, and the targets against those."""
     from capgeo_callbacks.scoring import forecast_table, warning_table
-    from study.calibration_cpu import PHASE
+    from study.phases.calibration_cpu import PHASE
 
     s = scored(registration, folder)
     frozen, runs, dropped = s["frozen"], s["runs"], s["dropped"]
     warning, forecaster = frozen["warning"]["name"], frozen["forecaster"]["name"]
     lines = [
         "# The pre-registered held-out test", "",
-        "Generated by `python -m study.heldout report` from `corpus/heldout/` and the committed registration "
+        "Generated by `python -m study.phases.heldout report` from `corpus/heldout/` and the committed registration "
         f"`study/registration.json` (sha256 `{json.dumps(sha256(registration))[1:-1]}`, registered "
         f"{frozen['registered']} at commit `{frozen['code_commit'][:10]}`). Each run below was made with code that "
         "already held that file and records its hash; "
@@ -398,7 +319,7 @@ def brief(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") 
 
 def _unclocked(s: dict[str, Any]) -> str:
     """The tasks the CPU clock has no step for (no calibration seed reached 0.5 on the CPU)."""
-    from study.calibration_cpu import refitted
+    from study.phases.calibration_cpu import refitted
 
     registered = s["frozen"]["compared_with"]["forecasters"]["clock"]["settings"]["table"]
     cpu = refitted(s["cpu_runs"])["clock"].settings()["table"]
@@ -421,7 +342,7 @@ def early_collapse(phases: Sequence[str] = ("hard", "controls", "heldout")) -> s
     """How far every layer's RankMe falls inside the warm-up (from the highest value before its lowest there), in
     every run of ``phases``, and how many acquired runs recover before acquisition (verdict ``precursor``)."""
     from capgeo_callbacks.run.summary import read_summary
-    from study.ablation import troughs
+    from study.phases.ablation import troughs
 
     drops, acquired, precursors = [], 0, 0
     for phase in phases:
@@ -445,7 +366,7 @@ def study_rule(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldo
     study, registered = s["warnings"]["study"], s["warnings"][frozen["warning"]["name"]]
     controls = [run for run in runs if run.control]
     never = [run for run in runs if run.acquisition is None and not run.control]
-    rule = build(frozen["compared_with"]["warnings"]["study"], "study")
+    rule = rule_from_record({**frozen["compared_with"]["warnings"]["study"], "name": "study"})
     calibration_controls = [(folder_name, run) for folder_name in ("hard", "controls")
                             for run in load_runs(CORPUS / folder_name) if run.control and (run.seed or 0) < 100]
     rang = [(folder_name, run, alert) for folder_name, run in calibration_controls
@@ -478,12 +399,6 @@ def _num(value: float | None) -> str:
     if value is None:
         return "-"
     return "none (never forecast)" if value == float("inf") else f"{value:.3f}"
-
-
-def sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

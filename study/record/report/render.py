@@ -4,8 +4,8 @@
 The study's tables and plots from a folder of finished runs (docs/design.md, "Reports"), read from the runs'
 ``capgeo_summary.json`` files only, so it works for any Lightning module the callbacks watched::
 
-    python -m study.report runs/sweep            # writes runs/sweep/report/
-    python -m study.report runs/sweep --out out --layer norm_f
+    python -m study.record.report runs/sweep            # writes runs/sweep/report/
+    python -m study.record.report runs/sweep --out out --layer norm_f
 
 It writes ``report.md`` and ``runs.csv`` (one row per run), ``grid.png`` (every run, rows tasks, columns
 difficulty / size) and ``plots/<run>.png`` (RankMe per layer beside accuracy, one per run).
@@ -35,8 +35,8 @@ import numpy as np
 from capgeo_callbacks.publish.figures import plot_grid, plot_run
 from capgeo_callbacks.run.reading import find_runs
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
-from study.report.curves import size_correlations
-from study.report.rows import CSV_COLUMNS, MISSING, precursor_rates, run_row
+from study.record.report.curves import size_correlations
+from study.record.report.rows import CSV_COLUMNS, MISSING, precursor_rates, run_row
 
 # ------------------------------------------------------------------------------------------- rendering
 
@@ -249,9 +249,9 @@ def build_report(
 
 
 def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
-    """``python -m study.report RUNS_DIR [--out DIR] [--layer NAME] [--difficulty D] [--no-plots]``."""
+    """``python -m study.record.report RUNS_DIR [--out DIR] [--layer NAME] [--difficulty D] [--no-plots]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m study.report",
+        prog="python -m study.record.report",
         description="Tables and plots of a sweep from its runs' capgeo_summary.json files.",
     )
     parser.add_argument("runs_dir", help="folder of runs (searched recursively)")

@@ -2,7 +2,7 @@
 
     python train.py --task copy --difficulty hard --measures rankme,probes \
         --extra-selectors first_answer,question_mean --logdir runs/row-selection   # the same for mod and sort
-    python -m study.row_selection runs/row-selection --out docs/row-selection
+    python -m study.record.row_selection runs/row-selection --out docs/row-selection
 
 Draws RankMe per layer for each selection (every answer position, one row per example at the position that
 predicts the first answer, the mean over the question) beside accuracy, on a log step axis, and prints per
@@ -32,7 +32,7 @@ def as_default(summary: dict, prefix: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.row_selection", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m study.record.row_selection", description=__doc__.split("\n")[0])
     parser.add_argument("runs_dir")
     parser.add_argument("--out", default="docs/row-selection")
     args = parser.parse_args()
