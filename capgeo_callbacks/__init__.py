@@ -1,10 +1,12 @@
 """capgeo: watch the geometry of a transformer's hidden states while it trains.
 
-Measures are pure functions on tensors (:mod:`~capgeo_callbacks.measures`); the measure callbacks are Lightning
-glue around them, each described once in the measure registry (:mod:`~capgeo_callbacks.registry`); one run
-session (:mod:`~capgeo_callbacks.run`) owns a run's record, rules, alerts and summary, fed by the Lightning callback
-:class:`PrecursorDetector`, the Hugging Face callback (:mod:`capgeo_callbacks.integrations.hf`) or offline analysis
-(:mod:`capgeo_callbacks.offline`); rules and detection work on plain series (:mod:`~capgeo_callbacks.rules`,
+Measures are pure functions on tensors (:mod:`~capgeo_callbacks.measures`); a hidden-state measure is taken by one
+measuring unit (:mod:`~capgeo_callbacks.capture.unit`), which the Lightning monitors, the Hugging Face callback
+(:mod:`capgeo_callbacks.integrations.hf`) and offline analysis (:mod:`capgeo_callbacks.offline`) all drive; each
+measure is described once in the measure registry (:mod:`~capgeo_callbacks.registry`); one run session
+(:mod:`~capgeo_callbacks.run`) owns a run's record, rules, alerts and summary, fed by :class:`PrecursorDetector`, the
+Hugging Face callback or offline analysis, and keeps one read-only view of the run for whoever asks (the progress bar,
+the stopper, a tuner); rules, the stopping policy and detection work on plain series (:mod:`~capgeo_callbacks.rules`,
 :mod:`~capgeo_callbacks.detection`). Definitions: docs/design.md.
 """
 

@@ -151,7 +151,7 @@ class CapgeoTrainerCallback(TrainerCallback):
                 raise ValueError("CapgeoTrainerCallback needs a budget: pass eval_steps=[...] or max_steps=N, or "
                                  "give the Trainer max_steps / num_train_epochs")
             self._scheduled = frozenset(evaluation_steps(self._budget, self.points, self.schedule))
-        if state.global_step > 0 and not self.acc:
+        if state.global_step > 0 and not self.session.view.steps:
             self._restore(state)
         if state.global_step in self._scheduled:
             self._measure_at(state, model)
@@ -180,7 +180,7 @@ class CapgeoTrainerCallback(TrainerCallback):
     @never_fails
     def _measure_at(self, state: TrainerState, model: nn.Module) -> None:
         step = int(state.global_step)
-        if self.acc and self.acc[-1][0] == step:
+        if self.session.view.step == step:
             return  # measured at this step already (on_train_begin of a run resumed at a scheduled step)
         device = str(next(model.parameters()).device)
         with measuring(model):

@@ -170,7 +170,7 @@ def analyze(
                                              target_key=(record.probes and record.probes.target_key) or "targets",
                                              warn=warn)
             return measure_lightning(module, probe, monitors, device=device)
-        return _measure_hf(model, probe, watch, chosen, rows_per_layer, probe_now is not None, device, mask, warn)
+        return _hf_revision(model, probe, watch, chosen, rows_per_layer, probe_now is not None, device, mask, warn)
 
     results, skipped, labels = _measure_revisions(revisions, measure, live_steps, device=device, dtype=dtype,
                                                   drop_duplicates=drop_duplicates, allow_pickle=allow_pickle)
@@ -205,7 +205,7 @@ def analyze(
     return json_safe(summary)
 
 
-def _measure_hf(model: Any, probe: ProbeSet, layers: Sequence[str] | None, selector: Selector, num_rows: int,
+def _hf_revision(model: Any, probe: ProbeSet, layers: Sequence[str] | None, selector: Selector, num_rows: int,
                 probes: bool, device: str, mask_key: str, warn: WarnOnce) -> tuple[Measured, list[str]]:
     """A Hugging Face revision measured by the units the live callback drives, on one pass over the probe set."""
     score = scores_answers(probe.keys, mask_key)
