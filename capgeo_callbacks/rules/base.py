@@ -156,6 +156,8 @@ class Forecast:
             budget, or no progress).
         low: lower end of the interval (None: none).
         high: upper end of the interval (``math.inf`` allowed; None: none).
+        probability: the probability of acquisition within the budget, from a forecaster that gives one (None:
+            none).
     """
 
     rule: str
@@ -163,6 +165,7 @@ class Forecast:
     predicted: float
     low: float | None = None
     high: float | None = None
+    probability: float | None = None
 
     def within(self, horizon: float) -> bool:
         """Whether it puts acquisition within ``horizon`` steps of ``step``."""
@@ -176,17 +179,15 @@ class Forecast:
         predicted = max(self.predicted, earliest)
         low = None if self.low is None else min(max(self.low, earliest), predicted)
         high = None if self.high is None else max(self.high, predicted)
-        return Forecast(self.rule, self.step, predicted, low, high)
+        return Forecast(self.rule, self.step, predicted, low, high, self.probability)
 
 
 @dataclass(frozen=True)
 class RuleOutput:
-    """What a rule says at one evaluation: the alerts it raises now, its forecast (if it forecasts), and the
-    probability it gives acquisition (if it gives one: the run session's view shows the latest)."""
+    """What a rule says at one evaluation: the alerts it raises now, and its forecast (if it forecasts)."""
 
     alerts: tuple[Alert, ...] | list[Alert] = ()
     forecast: Forecast | None = None
-    probability: float | None = None
 
 
 class Rule(ABC):
@@ -230,7 +231,7 @@ def rule_output(rule: Rule, run: RunView, raised: Sequence[Alert]) -> RuleOutput
     forecast = output.forecast
     if forecast is not None:
         forecast = None if run.acquired_step is not None else forecast.ahead()
-    return RuleOutput(list(output.alerts), forecast, output.probability)
+    return RuleOutput(list(output.alerts), forecast)
 
 
 def replay(rule: Rule, run: RunView, until: int | None = None,

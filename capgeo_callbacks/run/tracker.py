@@ -114,7 +114,6 @@ class RunTracker:
             self.left_out = {rule.name: missing for rule in self.rules
                              if (missing := rule.needs.missing(view.series, self.run_info))}
             update.left_out.update(self.left_out)
-        probabilities: dict[str, float] = {}
         for rule in self.rules:
             if rule.name in self.left_out:
                 continue
@@ -124,10 +123,8 @@ class RunTracker:
             if output.forecast is not None:
                 self.forecasts.setdefault(rule.name, []).append(output.forecast)
                 update.forecasts.append(output.forecast)
-            if output.probability is not None:
-                probabilities[rule.name] = float(output.probability)
         self.latest = SessionView(view, self.keys, tuple(self.alerts), {f.rule: f for f in update.forecasts},
-                                  probabilities, {name: tuple(missing) for name, missing in self.left_out.items()})
+                                  {name: tuple(missing) for name, missing in self.left_out.items()})
         return update
 
     def summary(self, measured: Mapping[str, Points] | None = None, *, steps: int | None = None,
@@ -173,14 +170,18 @@ def forecast_record(forecast: Forecast) -> dict[str, Any]:
     """A forecast as JSON: ``predicted`` None with ``beyond`` true when it is not expected within reach."""
     beyond = math.isinf(forecast.predicted)
     finite = lambda value: None if value is None or math.isinf(value) else float(value)  # noqa: E731
-    return {"step": forecast.step, "predicted": finite(forecast.predicted), "beyond": beyond,
-            "low": finite(forecast.low), "high": finite(forecast.high)}
+    record = {"step": forecast.step, "predicted": finite(forecast.predicted), "beyond": beyond,
+              "low": finite(forecast.low), "high": finite(forecast.high)}
+    if forecast.probability is not None:
+        record["probability"] = float(forecast.probability)
+    return record
 
 
 def forecast_from_record(rule: str, record: Mapping[str, Any]) -> Forecast:
     predicted = math.inf if record.get("beyond") else float(record["predicted"])
     high = record.get("high")
-    return Forecast(rule, int(record["step"]), predicted, record.get("low"), math.inf if high is None else high)
+    return Forecast(rule, int(record["step"]), predicted, record.get("low"), math.inf if high is None else high,
+                    record.get("probability"))
 
 
 def record_of(state: Mapping[str, Any], logprob_key: str | None = LOGPROB) -> dict[str, Any]:

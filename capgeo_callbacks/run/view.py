@@ -3,8 +3,8 @@
 Whoever wants to know where a run stands reads this view: a progress bar, a stopper, a tuning adapter, the Hugging
 Face callback. It holds the series so far (the accuracy, every recorded scalar and the measures' series, aligned on
 the evaluation steps, with the acquisition step computed once, by the run's detection settings), the names they are
-recorded under, the alerts so far, the forecasts and probabilities the rules gave at the latest evaluation, and
-the rules left out. Nobody reaches behind it into the session's tracker.
+recorded under, the alerts so far, the forecasts the forecasters made at the latest evaluation (with the probability
+of acquisition where one gives it), and the rules left out. Nobody reaches behind it into the session's tracker.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ class SessionView:
         keys: the names the run's record is kept under.
         alerts: every rule's alerts so far, in the order raised.
         forecasts: each forecaster's forecast made at the latest evaluation, by rule (none made: not there).
-        probabilities: each rule's probability of acquisition given at the latest evaluation, by rule.
         left_out: the rules left out for lack of their inputs, with the keys each lacks.
     """
 
@@ -39,7 +38,6 @@ class SessionView:
     keys: RunKeys = field(default_factory=RunKeys)
     alerts: tuple[Alert, ...] = ()
     forecasts: Mapping[str, Forecast] = field(default_factory=dict)
-    probabilities: Mapping[str, float] = field(default_factory=dict)
     left_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
@@ -61,6 +59,11 @@ class SessionView:
     def acc(self) -> float:
         """The monitored accuracy at the latest evaluation (NaN before the first)."""
         return self.run.last(ACC)
+
+    @property
+    def probabilities(self) -> dict[str, float]:
+        """The probability of acquisition each forecaster that gives one gave at the latest evaluation, by rule."""
+        return {rule: made.probability for rule, made in self.forecasts.items() if made.probability is not None}
 
     @property
     def acquired_step(self) -> int | None:

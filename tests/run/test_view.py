@@ -1,5 +1,6 @@
 """The run's one read-only view: built by the session at each evaluation, with the series so far, the keys, the
-acquisition step read once by the run's detection settings, the forecasts and probabilities of that evaluation."""
+acquisition step read once by the run's detection settings, the forecasts of that evaluation and their
+probabilities."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from tests.detection.conftest import PRECURSOR_ACC, PRECURSOR_RANKME, STEPS
 
 
 class Halfway(Rule):
-    """Forecasts twice the step it is at, and gives acquisition a probability of the accuracy so far."""
+    """Forecasts twice the step it is at, with a probability of acquisition of the accuracy so far."""
 
     name = "halfway"
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
-        return RuleOutput(forecast=Forecast(self.name, run.step, 2.0 * run.step), probability=run.last("acc"))
+        return RuleOutput(forecast=Forecast(self.name, run.step, 2.0 * run.step, probability=run.last("acc")))
 
 
 def test_the_view_is_the_latest_evaluation_read_once() -> None:
@@ -44,7 +45,7 @@ def test_the_view_is_the_latest_evaluation_read_once() -> None:
             assert view.forecasts["halfway"].predicted == max(2.0 * step, step + 1)
         else:
             assert view.forecasts == {}
-        assert view.probabilities == {"halfway": PRECURSOR_ACC[i]}
+        assert view.probabilities == ({} if view.acquired_step is not None else {"halfway": PRECURSOR_ACC[i]})
     assert acquired is not None and session.view.acquired_step == session.acquired_step
     first_held = [s for s, a in zip(STEPS, PRECURSOR_ACC, strict=True) if a >= 0.5][0]
     assert session.view.acquired_step == first_held
