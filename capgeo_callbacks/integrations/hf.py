@@ -33,7 +33,7 @@ from capgeo_callbacks.integrations.hf_models import (
 )
 from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.publisher import Publisher
-from capgeo_callbacks.rules import Rule
+from capgeo_callbacks.rules import Rule, default_rules
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
 from capgeo_callbacks.run.session import Measurements, RunSession
@@ -86,8 +86,9 @@ class CapgeoTrainerCallback(TrainerCallback):
             once when the rows hold none).
         batch_size: probe rows per forward pass.
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
-        run_info: run facts for the summary and the rules (task, seed, chance, ...).
-        rules: the rules run live (default: the study's rule on ``settings``).
+        run_info: run facts for the summary and the rules (task, seed, chance, ...); ``max_steps`` and
+            ``warmup_steps`` default to the Trainer's (``state.max_steps``, ``args.get_warmup_steps``).
+        rules: the rules run live (default: :func:`~capgeo_callbacks.rules.default_rules` on ``settings``).
 
     Raises:
         ValueError: on a bad argument; in ``on_train_begin`` if a layer pattern matches no hidden state or a probe
@@ -117,9 +118,12 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.probes = (bool(probes) and has_targets(rows) and selector in ("target", "answer")
                        and num_rows >= ProbeUnit.min_rows)
         self._probes_wanted, self.batches = bool(probes), probe_batches(rows, batch_size)
+        chosen = rules is not None
+        rules = default_rules(settings) if rules is None else rules
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
                                   token_acc_key=TOKEN_ACC, on_alert=on_alert,
-                                  warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning))
+                                  warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning),
+                                  rules_chosen=chosen)
         self.units = _units(selector, num_rows, self.probes, self.session.warn)
         self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]: what this callback measures
         self.rows: dict[str, int] = {}
@@ -151,8 +155,13 @@ class CapgeoTrainerCallback(TrainerCallback):
                 raise ValueError("CapgeoTrainerCallback needs a budget: pass eval_steps=[...] or max_steps=N, or "
                                  "give the Trainer max_steps / num_train_epochs")
             self._scheduled = frozenset(evaluation_steps(self._budget, self.points, self.schedule))
+        # the budget and the warm-up are known before the run: the rules read them live (a run_info given wins)
+        budget = int(state.max_steps or 0) or self._budget
+        known = {"max_steps": budget, "warmup_steps": args.get_warmup_steps(budget) if args is not None else None}
+        self.session.add_run_info({key: value for key, value in known.items()
+                                   if value is not None and self.session.run_info.get(key) is None})
         if state.global_step > 0 and not self.session.view.steps:
-            self._restore(state)
+            _restore(self, state)
         if state.global_step in self._scheduled:
             self._measure_at(state, model)
 
@@ -206,16 +215,17 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.rows.update({tag: rows for one in computed for tag, rows in one.rows.items()})
         return {tag: value for one in computed for tag, value in one.values.items()}, scalars
 
-    def _restore(self, state: TrainerState) -> None:
-        """The series of a resumed run, from the entries this callback added to ``state.log_history``."""
-        for entry in state.log_history:  # replayed through the session: the alerts raised before are not announced
-            if ACC_KEY not in entry or "step" not in entry:
-                continue
-            step = int(entry["step"])
-            for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
-                append_point(self.series.setdefault(tag, []), step, float(entry[tag]))
-            scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
-            self.session.restore(step, float(entry[ACC_KEY]), scalars, Measurements(self.series))
+
+def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
+    """A resumed run's series, from the entries ``callback`` added to ``state.log_history``."""
+    for entry in state.log_history:  # replayed through the session: the alerts raised before are not announced
+        if ACC_KEY not in entry or "step" not in entry:
+            continue
+        step = int(entry["step"])
+        for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
+            append_point(callback.series.setdefault(tag, []), step, float(entry[tag]))
+        scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
+        callback.session.restore(step, float(entry[ACC_KEY]), scalars, Measurements(callback.series))
 
 
 def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> list[HiddenStateUnit]:
