@@ -1,10 +1,10 @@
 """The registered test of who will learn (issue 37; spec section 14): does capgeo tell, live, which runs will acquire
 within their budget, and when?
 
-    python -m study.who_learns run calibration   # registered train.py runs through the launcher -> corpus/who-learns/
-    python -m study.who_learns fit               # fit on the calibration runs -> study/who_learns_fitted.json
-    python -m study.who_learns run heldout       # refuses to start before the fit is committed
-    python -m study.who_learns report            # -> docs/who-learns.md
+    python -m study.phases.who_learns run calibration  # registered train.py runs via the launcher -> corpus/who-learns/
+    python -m study.phases.who_learns fit              # fit on the calibration runs -> study/who_learns_fitted.json
+    python -m study.phases.who_learns run heldout      # refuses to start before the fit is committed
+    python -m study.record.who_learns_report           # -> docs/who-learns.md (the record page)
 
 Runs of capgeo's own tasks (``train.py``) at settings chosen on calibration-seed pilots so that every task gives
 runs that acquire within their budget and runs that do not, by two mechanisms (a budget that falls short, a learning
@@ -25,8 +25,8 @@ from typing import Any
 from capgeo_callbacks.rules import ClockForecaster, RunView, SurvivalForecaster
 from capgeo_callbacks.run.summary import read_summary
 from launch import ROOT, Trial, launch, require_clean_tree, summary_of
-from study.corpus import CORPUS, write_packed
-from study.heldout import committed, registered_before, sha256
+from study.phases.corpus import CORPUS, write_packed
+from study.registrations.policy import committed, registered_before, sha256
 
 REGISTRATION = ROOT / "study" / "who_learns_registration.json"
 FITTED = ROOT / "study" / "who_learns_fitted.json"
@@ -85,7 +85,7 @@ def run_phase(phase: str, engine: str = "ray", workers: int = 2, path: Path = RE
     if not committed(path):
         raise SystemExit(f"{path.relative_to(ROOT)} is not committed as it is: commit the registration first")
     if phase == "heldout" and not (FITTED.exists() and committed(FITTED)):
-        raise SystemExit("the held-out runs start after the calibration fit: python -m study.who_learns fit, "
+        raise SystemExit("the held-out runs start after the calibration fit: python -m study.phases.who_learns fit, "
                          f"commit {FITTED.relative_to(ROOT)}")
     todo = [job for job in jobs(phase, path) if not (FOLDER / phase / f"{job['name']}.json.gz").exists()]
     trials = [Trial(job["name"], tuple(job["argv"]), RUNS / phase, tags={"phase": phase, **job},
@@ -119,7 +119,7 @@ def load(phase: str, path: Path = REGISTRATION, folder: Path = FOLDER) -> list[d
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.who_learns", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m study.phases.who_learns", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="the registered runs of a phase, through the launcher")
@@ -127,18 +127,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--engine", default="ray", choices=("ray", "submitit"))
     run.add_argument("--workers", type=int, default=2)
     sub.add_parser("fit", help="fit on the calibration runs -> study/who_learns_fitted.json")
-    sub.add_parser("report", help="docs/who-learns.md")
     args = parser.parse_args(argv)
     if args.command == "run":
         for target in run_phase(args.phase, args.engine, args.workers):
             print(target.relative_to(ROOT))
-    elif args.command == "fit":
+    else:
         FITTED.write_text(json.dumps(fit(load("calibration")), indent=1, allow_nan=False) + "\n")
         print(FITTED.relative_to(ROOT))
-    else:
-        from study.who_learns_report import write_report
-
-        print(write_report())
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """The registered grokking benchmark (issue 38; spec section 15): modular arithmetic trained by a user's function.
 
-    python -m study.grokking pilots              # the pilot grid's outcomes (examples/grokking/PILOTS.md)
-    python -m study.grokking run calibration     # registered runs through the launcher -> corpus/grokking/
-    python -m study.grokking fit                 # fit on the calibration runs -> study/grokking_fitted.json
-    python -m study.grokking run heldout         # refuses to start before the fit is committed
-    python -m study.grokking report              # -> docs/grokking.md
+    python -m study.phases.grokking pilots           # the pilot grid's outcomes (examples/grokking/PILOTS.md)
+    python -m study.phases.grokking run calibration  # registered runs through the launcher -> corpus/grokking/
+    python -m study.phases.grokking fit              # fit on the calibration runs -> study/grokking_fitted.json
+    python -m study.phases.grokking run heldout      # refuses to start before the fit is committed
+    python -m study.record.grokking_report           # -> docs/grokking.md (the record page)
 
 What is registered (``study/grokking_registration.json``: the grid of training fraction x weight decay, seeds, budget,
 labels, rules, comparators, metrics and targets) was committed before the first registered run. A run refuses an
@@ -30,8 +30,8 @@ from capgeo_callbacks.rules import RunView, SurvivalForecaster
 from capgeo_callbacks.run.summary import read_summary
 from launch import ROOT, launch, require_clean_tree
 from launch.functions import FunctionTrial
-from study.corpus import CORPUS, write_packed
-from study.heldout import committed, registered_before, sha256
+from study.phases.corpus import CORPUS, write_packed
+from study.registrations.policy import committed, registered_before, sha256
 
 REGISTRATION = ROOT / "study" / "grokking_registration.json"
 FITTED = ROOT / "study" / "grokking_fitted.json"
@@ -146,7 +146,7 @@ def fit(calibration: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def export(trial_dir: Path, config: Mapping[str, Any], phase: str, commit: str, digest: str) -> Path:
     """The run's summary with what the report needs (settings, phase, cost, provenance, registration) into
     ``corpus/grokking/<phase>/<name>.json.gz``."""
-    from study.corpus import made_on
+    from study.phases.corpus import made_on
 
     [summary_path] = sorted(trial_dir.glob("**/capgeo_summary.json"))[-1:]
     summary = read_summary(summary_path)
@@ -169,8 +169,8 @@ def run_phase(phase: str, engine: str = "ray", workers: int = 2, path: Path = RE
     if not committed(path):
         raise SystemExit(f"{path.relative_to(ROOT)} is not committed as it is: commit the registration first")
     if phase == "heldout" and not (FITTED.exists() and committed(FITTED)):
-        raise SystemExit("the held-out runs start after the calibration fit: python -m study.grokking fit, commit "
-                         f"{FITTED.relative_to(ROOT)}")
+        raise SystemExit("the held-out runs start after the calibration fit: python -m study.phases.grokking fit, "
+                         f"commit {FITTED.relative_to(ROOT)}")
     found, digest = registration(path), sha256(path)
     todo = [config for config in configs(phase, path) if not (FOLDER / phase / f"{run_name(config)}.json.gz").exists()]
     trials = [FunctionTrial(run_name(config), found["function"], config, RUNS / phase, tags={"phase": phase},
@@ -218,7 +218,7 @@ def pilots_table(folder: Path = PILOT_RUNS, late: int = 500) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.grokking", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m study.phases.grokking", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="the registered runs of a phase, through the launcher")
@@ -227,7 +227,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--workers", type=int, default=2)
     sub.add_parser("fit", help="fit on the calibration runs -> study/grokking_fitted.json")
     sub.add_parser("pilots", help="the pilot runs' outcomes")
-    sub.add_parser("report", help="docs/grokking.md")
     args = parser.parse_args(argv)
     if args.command == "run":
         for target in run_phase(args.phase, args.engine, args.workers):
@@ -236,12 +235,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         fitted = fit(load("calibration"))
         FITTED.write_text(json.dumps(fitted, indent=1, allow_nan=False) + "\n")
         print(FITTED.relative_to(ROOT))
-    elif args.command == "pilots":
-        print(pilots_table())
     else:
-        from study.grokking_report import write_report
-
-        print(write_report())
+        print(pilots_table())
 
 
 if __name__ == "__main__":
