@@ -4,7 +4,7 @@
     python -m study.phases.grokking run calibration  # registered runs through the launcher -> corpus/grokking/
     python -m study.phases.grokking fit              # fit on the calibration runs -> study/grokking_fitted.json
     python -m study.phases.grokking run heldout      # refuses to start before the fit is committed
-    python -m study.record.grokking_report           # -> docs/grokking.md (the record page)
+    python -m study.record.grokking_report           # -> docs/grokking.md (readme: the README's line)
 
 What is registered (``study/grokking_registration.json``: the grid of training fraction x weight decay, seeds, budget,
 labels, rules, comparators, metrics and targets) was committed before the first registered run. A run refuses an

@@ -1,10 +1,11 @@
 """The registered test of who will learn (issue 37; spec section 14): does capgeo tell, live, which runs will acquire
 within their budget, and when?
 
-    python -m study.phases.who_learns run calibration  # registered train.py runs via the launcher -> corpus/who-learns/
+    python -m study.phases.who_learns run calibration  # registered train.py runs (launcher) -> corpus/who-learns/
     python -m study.phases.who_learns fit              # fit on the calibration runs -> study/who_learns_fitted.json
     python -m study.phases.who_learns run heldout      # refuses to start before the fit is committed
-    python -m study.record.who_learns_report           # -> docs/who-learns.md (the record page)
+    python -m study.phases.who_learns pilots           # the pilots' outcomes (docs/who-learns-pilots.md)
+    python -m study.record.who_learns_report           # -> docs/who-learns.md (readme: the README's line)
 
 Runs of capgeo's own tasks (``train.py``) at settings chosen on calibration-seed pilots so that every task gives
 runs that acquire within their budget and runs that do not, by two mechanisms (a budget that falls short, a learning
@@ -32,6 +33,7 @@ REGISTRATION = ROOT / "study" / "who_learns_registration.json"
 FITTED = ROOT / "study" / "who_learns_fitted.json"
 RUNS = ROOT / "runs" / "who-learns"
 FOLDER = CORPUS / "who-learns"
+PILOT_RUNS = ROOT / "runs" / "p37"  # train.py --logdir runs/p37 --name NAME, at seed 0
 PHASES = ("calibration", "heldout")
 
 
@@ -118,6 +120,17 @@ def load(phase: str, path: Path = REGISTRATION, folder: Path = FOLDER) -> list[d
     return runs
 
 
+def pilots_table(folder: Path = PILOT_RUNS) -> str:
+    """The pilot runs' settings and outcomes (never reported as results: they chose the settings)."""
+    lines = ["| run | budget | steps run | acquired at | last accuracy |", "| --- | ---: | ---: | ---: | ---: |"]
+    for summary_path in sorted(folder.glob("*/version_0/capgeo_summary.json")):
+        summary = read_summary(summary_path)
+        last = summary["series"]["acc"][-1][1] if summary["series"].get("acc") else float("nan")
+        lines.append(f"| {summary_path.parents[1].name} | {summary.get('max_steps')} | {summary.get('steps')} | "
+                     f"{summary.get('acquisition_step') or '-'} | {last:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m study.phases.who_learns", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,13 +140,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--engine", default="ray", choices=("ray", "submitit"))
     run.add_argument("--workers", type=int, default=2)
     sub.add_parser("fit", help="fit on the calibration runs -> study/who_learns_fitted.json")
+    sub.add_parser("pilots", help="the pilot runs' outcomes (runs/p37)")
     args = parser.parse_args(argv)
     if args.command == "run":
         for target in run_phase(args.phase, args.engine, args.workers):
             print(target.relative_to(ROOT))
-    else:
+    elif args.command == "fit":
         FITTED.write_text(json.dumps(fit(load("calibration")), indent=1, allow_nan=False) + "\n")
         print(FITTED.relative_to(ROOT))
+    else:
+        print(pilots_table())
 
 
 if __name__ == "__main__":

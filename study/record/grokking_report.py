@@ -8,6 +8,7 @@ were met and by how much the others were missed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
@@ -30,7 +31,18 @@ from capgeo_callbacks.scoring.scores import (
     warning_table,
 )
 from launch import ROOT
-from study.phases.grokking import FITTED, REGISTRATION, cell, late_steps, load, outcome, registration, train_step
+from study.phases.grokking import (
+    FITTED,
+    REGISTRATION,
+    cell,
+    configs,
+    late_steps,
+    load,
+    outcome,
+    registration,
+    train_step,
+)
+from study.record.who_learns_report import partial_note
 
 DOC = ROOT / "docs" / "grokking.md"
 OUT_OF_FAMILY = ROOT / "study" / "who_learns_fitted.json"
@@ -173,6 +185,7 @@ def page(path: Path = REGISTRATION) -> str:
         f"0.5), {numbers['prompt']} grokked without that delay, {numbers['never']} never grokked within "
         f"{found['fixed']['max_steps']:,} steps, and {numbers['control']} are shuffled-answer controls.",
         "",
+        *partial_note(len(heldout), len(configs("heldout", path))),
         outcomes_table(heldout, gap),
         "",
         "## Will it grok within the budget? (AUROC)",
@@ -241,5 +254,14 @@ def readme_line() -> str:
 
 __all__ = ["page", "readme_line", "train_step", "write_report"]
 
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m study.record.grokking_report",
+                                     description="writes docs/grokking.md")
+    parser.add_argument("what", nargs="?", choices=("page", "readme"), default="page",
+                        help="the page (default), or the README's line from the same figures")
+    print(readme_line() if parser.parse_args(argv).what == "readme" else write_report())
+
+
 if __name__ == "__main__":
-    print(write_report())
+    main()

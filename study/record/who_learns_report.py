@@ -9,6 +9,7 @@ the others were missed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ from capgeo_callbacks.scoring import ScoredRun
 from capgeo_callbacks.scoring.discrimination import LEGEND, discrimination, discrimination_table, population
 from capgeo_callbacks.scoring.scores import Rate, error_text, forecast_scores, scored_run
 from launch import ROOT
-from study.phases.who_learns import FITTED, REGISTRATION, load, registration
+from study.phases.who_learns import FITTED, REGISTRATION, jobs, load, registration
 
 DOC = ROOT / "docs" / "who-learns.md"
 QUARTER = 0.25
@@ -122,11 +123,13 @@ def page() -> str:
         "runs that fail, not only against controls. Registered before any run "
         "([study/who_learns_registration.json](../study/who_learns_registration.json)); fitted on the "
         f"{len(calibration)} calibration runs (seeds 0-2) and frozen before the held-out runs "
-        "([study/who_learns_fitted.json](../study/who_learns_fitted.json)).",
+        "([study/who_learns_fitted.json](../study/who_learns_fitted.json)). The pilots that chose the settings, "
+        "never reported as results: [who-learns-pilots.md](who-learns-pilots.md).",
         "",
         f"Held-out runs: {len(heldout)}: {positives} acquired within their budget, {negatives} non-control runs did "
         f"not, {controls} shuffled-answer controls.",
         "",
+        *partial_note(len(heldout), len(jobs("heldout"))),
         outcomes_table(heldout),
         "",
         "## AUROC",
@@ -177,6 +180,32 @@ def page() -> str:
     return "\n".join(parts)
 
 
+def readme_line() -> str:
+    """The README's line on who will learn, from the same figures as the page."""
+    heldout = load("heldout")
+    survival, _ = fitted_rules()
+    survival.name = "survival"
+    found = discrimination(scored(heldout), forecasters=[survival], shares=(0.25,),
+                           calibration=scored(load("calibration")))
+    cells = {row["name"]: row["cells"]["pooled"] for row in found["0.25"]["rows"]}
+    made, registered = len(heldout), len(jobs("heldout"))
+    partial = "" if made >= registered else f" (partial: {made} of {registered} registered runs made so far)"
+    return (f"**Who will learn.** On {made} registered held-out runs of capgeo's own tasks{partial}, the "
+            f"probability of acquisition at a quarter of the budget tells the runs that will acquire from those "
+            f"that will not with "
+            f"AUROC {cells.get('forecast: survival', '-')}; the accuracy alone: {cells.get('acc', '-')}, the "
+            f"validation loss: {cells.get('val/loss', '-')} ([docs/who-learns.md](docs/who-learns.md)).")
+
+
+def partial_note(made: int, registered: int) -> list[str]:
+    """What a page says while only part of the registered held-out runs is in: the figures are provisional."""
+    if made >= registered:
+        return []
+    return [f"**Partial: {made} of the {registered} registered held-out runs are made so far** (the others were not "
+            "run yet, none was left out). Every figure below is on those alone and provisional; the targets are "
+            "judged as registered only on all of them.", ""]
+
+
 def _fmt(value: float | None, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -189,7 +218,16 @@ def write_report() -> str:
     return text
 
 
-__all__ = ["page", "write_report", "REGISTRATION"]
+__all__ = ["page", "partial_note", "readme_line", "write_report", "REGISTRATION"]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m study.record.who_learns_report",
+                                     description="writes docs/who-learns.md")
+    parser.add_argument("what", nargs="?", choices=("page", "readme"), default="page",
+                        help="the page (default), or the README's line from the same figures")
+    print(readme_line() if parser.parse_args(argv).what == "readme" else write_report())
+
 
 if __name__ == "__main__":
-    print(write_report())
+    main()
