@@ -8,7 +8,6 @@ were met and by how much the others were missed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -42,6 +41,7 @@ from study.phases.grokking import (
     registration,
     train_step,
 )
+from study.record import page_command
 from study.record.who_learns_report import partial_note
 
 DOC = ROOT / "docs" / "grokking.md"
@@ -255,13 +255,5 @@ def readme_line() -> str:
 __all__ = ["page", "readme_line", "train_step", "write_report"]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.record.grokking_report",
-                                     description="writes docs/grokking.md")
-    parser.add_argument("what", nargs="?", choices=("page", "readme"), default="page",
-                        help="the page (default), or the README's line from the same figures")
-    print(readme_line() if parser.parse_args(argv).what == "readme" else write_report())
-
-
 if __name__ == "__main__":
-    main()
+    page_command("grokking_report", "docs/grokking.md", write_report, readme_line)

@@ -9,7 +9,6 @@ the others were missed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +22,7 @@ from capgeo_callbacks.scoring.discrimination import LEGEND, discrimination, disc
 from capgeo_callbacks.scoring.scores import Rate, error_text, forecast_scores, scored_run
 from launch import ROOT
 from study.phases.who_learns import FITTED, REGISTRATION, jobs, load, registration
+from study.record import page_command
 
 DOC = ROOT / "docs" / "who-learns.md"
 QUARTER = 0.25
@@ -221,13 +221,5 @@ def write_report() -> str:
 __all__ = ["page", "partial_note", "readme_line", "write_report", "REGISTRATION"]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.record.who_learns_report",
-                                     description="writes docs/who-learns.md")
-    parser.add_argument("what", nargs="?", choices=("page", "readme"), default="page",
-                        help="the page (default), or the README's line from the same figures")
-    print(readme_line() if parser.parse_args(argv).what == "readme" else write_report())
-
-
 if __name__ == "__main__":
-    main()
+    page_command("who_learns_report", "docs/who-learns.md", write_report, readme_line)
