@@ -51,6 +51,27 @@ def test_hooks_and_given_hidden_states_keep_the_same_rows() -> None:
     assert all(not module._forward_hooks for module in model.modules())  # compute removes the hooks
 
 
+def test_a_unit_given_no_selector_or_rows_chooses_them_and_says_only_what_was_asked() -> None:
+    """No selector: the first batch's (``target`` for targets of the inputs' shape); no num_rows: 2048, and fewer rows
+    measured without a word; a num_rows given and not reached is said."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(11, 8), nn.Linear(8, 8))
+    batch = (torch.randint(0, 11, (6, 5)), torch.randint(0, 11, (6, 5)))
+    said: list[str] = []
+    default, given = RankMeUnit(warn=lambda key, message: said.append(message)), RankMeUnit("target", 64)
+    given.warn = lambda key, message: said.append(f"given: {message}")
+    for unit in (default, given):
+        unit.watch(["1"])
+        unit.attach(model)
+        unit.update(batch)
+    model(batch[0])  # one forward pass, both units' hooks on it
+    assert default.selector == "target" and default.config["selector"] == "target" and default.num_rows == 2048
+    rows = [unit.compute().rows for unit in (default, given)]
+    assert rows[0] == rows[1] and 0 < rows[0]["rankme/1"] < 64
+    assert said == [f"given: '1' gave {rows[0]['rankme/1']} rows, fewer than num_rows=64; measured on "
+                    f"{rows[0]['rankme/1']} rows"]
+
+
 def test_the_same_batch_gives_the_same_values_live_under_hugging_face_and_offline(
         hf_revisions: Path, probe_rows: dict[str, torch.Tensor], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
