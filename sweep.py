@@ -4,7 +4,7 @@ settings, on Ray Tune or submitit, skipping finished runs and resuming others.
     python sweep.py --tasks mod sort --difficulties hard --sizes xs s --logdir runs/sweep --fraction 0.25 --jobs 2
     python sweep.py ... --address auto                 # on the Ray cluster this machine belongs to (docs/sweeps.md)
     python sweep.py ... --engine submitit              # Slurm (or local processes where there is none)
-    python -m study.report runs/sweep
+    python -m study.record.report runs/sweep
     python sweep.py --function mypackage.train:train --grid lr=0.001,0.003 seed=0,1 --logdir runs/grid --jobs 2
 
 Each run is one trial of the launcher (:mod:`launch`), writing to ``LOGDIR/TASK-DIFFICULTY-SIZE-sSEED`` (train.py's
@@ -133,7 +133,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Run train.py over tasks x difficulties x sizes x seeds, or a training function of your own over "
                     "a grid of its settings, on Ray Tune (or submitit); skip finished runs, resume others.",
-        epilog="Then: python -m study.report LOGDIR. Clusters and training functions: docs/sweeps.md",
+        epilog="Then: python -m study.record.report LOGDIR. Clusters and training functions: docs/sweeps.md",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--tasks", nargs="+", metavar="TASK", help=f"train.py runs, of: {', '.join(tasks.TASKS)}")

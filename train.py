@@ -9,7 +9,6 @@ the precursor verdict at the end.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -34,9 +33,8 @@ from capgeo_callbacks import (
     PrecursorDetector,
     RankMeMonitor,
 )
-from capgeo_callbacks.capture.selectors import SELECTORS
+from capgeo_callbacks.callbacks.step_progress_bar import BarSafeHandler, StepProgressBar
 from capgeo_callbacks.detection import detect_hold, split_points
-from capgeo_callbacks.publish.progress import BarSafeHandler, StepProgressBar
 from capgeo_callbacks.publish.text import rules_table, verdict_table
 from capgeo_callbacks.registry import (
     default_measures,
@@ -44,23 +42,19 @@ from capgeo_callbacks.registry import (
     measure_names,
     measure_specs,
     measure_transitions,
-    measures_help,
-    resolve_measures,
 )
 from capgeo_callbacks.rules import Rule, StudyRule
 from capgeo_callbacks.run.reading import newest_version, version_number
-from capgeo_callbacks.run.schedule import SCHEDULES, linear_interval
+from capgeo_callbacks.run.schedule import linear_interval
 from capgeo_callbacks.run.summary import json_safe
-from models import SIZES, CapabilityModule
-from models.lightning_module import LR_SCHEDULES
-from study.heldout import REGISTRATION, registered_rules  # the study's frozen warning and forecaster
-from tasks.budgets import Budget, budget
+from models import CapabilityModule
+from tasks.budgets import budget
 from tasks.chance import chance_level
 from tasks.space import MIN_EVAL_QUESTIONS
+from train_cli import parse_args
 
 log = logging.getLogger("capgeo.train")
 
-EVALUATION_POINTS = 256  # about 256 evaluations per run (docs/design.md, "When to measure")
 # Measures `--measures` can name, from the measure registry (capgeo_callbacks.registry, docs/measures.md) as it
 # was when train.py was imported: "default" is rankme + probes, "all" adds the costly ones. The functions below
 # read the registry itself, so a measure registered later is taken too.
@@ -74,107 +68,6 @@ PROBE_ROWS = 2048  # probe rows per layer, at most: answer positions (labels are
 MIN_VAL_EXAMPLES = MIN_EVAL_QUESTIONS  # validation and test sets: the 512 distinct questions every split holds
 WATCHED_LAYERS = ("model.blocks.*", "model.norm_f")  # residual stream after each block, final norm
 SETTINGS = DetectionSettings(validation_size=MIN_VAL_EXAMPLES)  # the study's rule; labels on 512 questions
-EVALS_AFTER_LEARNED = 8  # python -m study.calibration_cpu window: late fall-backs counted on whole runs
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Train a capgeo transformer with RankMe and precursor detection.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("--task", required=True, choices=tasks.TASKS, help="algorithmic task")
-    parser.add_argument("--difficulty", default="hard", choices=tasks.DIFFICULTIES, help="task difficulty")
-    parser.add_argument("--size", default=None, choices=list(SIZES), help="model size (default: per task)")
-    parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: per task)")
-    parser.add_argument("--batch-size", type=int, default=None, help="batch size (default: per task)")
-    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per task)")
-    parser.add_argument("--warmup-steps", type=int, default=None,
-                        help=f"linear learning-rate warm-up, in steps (default: the level's, {Budget.warmup_steps}, "
-                             "but at most a tenth of --max-steps; a value given here is used as it is)")
-    parser.add_argument("--lr-schedule", default="cosine", choices=LR_SCHEDULES,
-                        help="after the warm-up: 'cosine' decay to a tenth of --lr at --max-steps, or 'constant'")
-    parser.add_argument("--seed", type=int, default=0, help="seed for data, initialisation and training")
-    parser.add_argument("--measures", default="default", help=measures_help())
-    parser.add_argument("--eval-points", type=int, default=EVALUATION_POINTS, help="evaluations per run (about)")
-    parser.add_argument("--eval-schedule", default="geometric", choices=SCHEDULES,
-                        help="when to evaluate: 'geometric' (step 0, a quarter of the points geometrically over the "
-                             "first tenth of the budget, the rest evenly) or 'linear' (step 0, then evenly)")
-    parser.add_argument("--logdir", default="runs", help="TensorBoard log folder")
-    parser.add_argument("--name", default=None, help="run name (default: TASK-DIFFICULTY-SIZE-sSEED)")
-    parser.add_argument("--resume", action="store_true", help="resume the latest version of this run")
-    parser.add_argument("--devices", default="1", help="Lightning devices (e.g. 1, 2, auto)")
-    parser.add_argument("--strategy", default="auto", help="Lightning strategy (e.g. auto, ddp)")
-    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (auto, cpu, gpu, ...)")
-    parser.add_argument("--extra-selectors", default="",
-                        help="also measure RankMe with these comma-separated token selectors, each under "
-                             f"rankme_<selector>/ (valid: {', '.join(SELECTORS)})")
-    parser.add_argument("--task-params", default=None, metavar="JSON",
-                        help="override the level's parameters (calibration), e.g. '{\"digits\": 6}'; the summary "
-                             "records the parameters used")
-    parser.add_argument("--registration", default=str(REGISTRATION), metavar="FILE",
-                        help="a registration of the warning and forecaster (python -m study.forecast register): run "
-                             "them live beside the study's rule and record the file's sha256 ('none': the study's rule "
-                             "only)")
-    parser.add_argument("--shuffle-answers", action="store_true",
-                        help="a negative control: training answers permuted across each batch, so nothing can be "
-                             "learned (validation keeps the true answers)")
-    parser.add_argument("--keep-checkpoints", action="store_true",
-                        help="also keep the weights after every evaluation (checkpoints/step=N.ckpt), for offline "
-                             "analysis (python -m capgeo_callbacks.offline RUN_DIR)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--stop-when-learned", action="store_true",
-                        help="end the run --evals-after-learned evaluations after val/acc has held 0.9 for 3 "
-                             "evaluations (sweeps and the corpus: the rest of the budget adds nothing to the record)")
-    parser.add_argument("--evals-after-learned", type=int, default=EVALS_AFTER_LEARNED,
-                        help="evaluations to keep after 0.9 has held, with --stop-when-learned (the default is "
-                             "counted on whole runs: docs/design.md, 'How long an acquired run is recorded')")
-    parser.add_argument("--stop-at-step", type=int, default=None,
-                        help="end the run at this step (default: --max-steps); the schedule and evaluation cadence "
-                             "still follow --max-steps, so the run is the start of the full one and --resume with a "
-                             "later stop continues it")
-    args = parser.parse_args(argv)
-    defaults = budget(args.task, args.difficulty)
-    args.max_steps = defaults.max_steps if args.max_steps is None else args.max_steps
-    args.batch_size = defaults.batch_size if args.batch_size is None else args.batch_size
-    args.lr = defaults.lr if args.lr is None else args.lr
-    args.size = defaults.size if args.size is None else args.size
-    if args.warmup_steps is None:  # the default, documented in --help; an explicit value is never capped
-        args.warmup_steps = min(defaults.warmup_steps, max(1, args.max_steps // 10))
-    args.weight_decay = defaults.weight_decay
-    if args.max_steps < 1:
-        parser.error(f"--max-steps must be at least 1, got {args.max_steps}")
-    if args.batch_size < 1:
-        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
-    if args.evals_after_learned < 0:
-        parser.error(f"--evals-after-learned must be at least 0, got {args.evals_after_learned}")
-    if not 0 <= args.warmup_steps <= args.max_steps:
-        parser.error(f"--warmup-steps must be between 0 and --max-steps ({args.max_steps}), got {args.warmup_steps}")
-    if args.eval_points < 1:
-        parser.error(f"--eval-points must be at least 1, got {args.eval_points}")
-    if args.task_params is not None:
-        try:
-            args.task_params = json.loads(args.task_params)
-            tasks.params.resolve_params(args.task, args.difficulty, args.task_params)
-        except ValueError as err:
-            parser.error(f"--task-params: {err}")
-    args.stop_at_step = args.max_steps if args.stop_at_step is None else args.stop_at_step
-    if not 1 <= args.stop_at_step <= args.max_steps:
-        parser.error(f"--stop-at-step must be between 1 and --max-steps ({args.max_steps}), got {args.stop_at_step}")
-    try:
-        args.measure_names = resolve_measures(args.measures)
-    except ValueError as err:
-        parser.error(str(err))
-    args.extra_selectors = [name.strip() for name in args.extra_selectors.split(",") if name.strip()]
-    unknown = [name for name in args.extra_selectors if name not in SELECTORS]
-    if unknown:
-        parser.error(f"unknown selector(s) {', '.join(unknown)} in --extra-selectors; valid: {', '.join(SELECTORS)}")
-    try:
-        args.registered = registered_rules(args.registration)
-    except (OSError, ValueError, KeyError, ImportError, AttributeError) as err:
-        parser.error(f"--registration {args.registration}: {err}")
-    args.devices = int(args.devices) if args.devices.isdigit() else args.devices
-    args.name = args.name or f"{args.task}-{args.difficulty}-{args.size}-s{args.seed}"
-    return args
 
 
 # Constructor arguments of each measure's callback: the registry's cadence and options (measured choices,

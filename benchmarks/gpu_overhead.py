@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-import train
+import train_cli
 from benchmarks._timing import median
 from benchmarks.overhead import machine, run
 from capgeo_callbacks.run.schedule import evaluation_steps
@@ -58,7 +58,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     args.max_steps = budget(args.task, args.difficulty).max_steps
     args.steps = max(1, math.ceil(args.max_steps * args.fraction))
-    args.evaluations = sum(1 for step in evaluation_steps(args.max_steps, train.EVALUATION_POINTS)
+    args.evaluations = sum(1 for step in evaluation_steps(args.max_steps, train_cli.EVALUATION_POINTS)
                            if step <= args.steps)
     return args
 

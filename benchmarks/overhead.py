@@ -48,6 +48,7 @@ import torch
 
 import capgeo_callbacks
 import train
+import train_cli
 from benchmarks._timing import CLOCKS, add_timing_args, apply_timing_args, interleaved, median
 from capgeo_callbacks.callbacks import base
 from capgeo_callbacks.capture import hooks as capture
@@ -164,7 +165,7 @@ def measure_level(task: str, difficulty: str, fraction: float, repeats: int, clo
     ratio, and the measured runs' per-component seconds."""
     steps_budget = budget(task, difficulty).max_steps
     steps = max(1, math.ceil(steps_budget * fraction))
-    evaluations = sum(1 for step in evaluation_steps(steps_budget, train.EVALUATION_POINTS) if step <= steps)
+    evaluations = sum(1 for step in evaluation_steps(steps_budget, train_cli.EVALUATION_POINTS) if step <= steps)
     base_args = ["--task", task, "--difficulty", difficulty, "--stop-at-step", str(steps)]
     components: list[dict[str, float]] = []
 

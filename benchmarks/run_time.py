@@ -17,13 +17,14 @@ import torch
 
 import tasks
 import train
+import train_cli
 from tasks.budgets import budget
 
 SHORT, LONG = 24, 144
 
 
 def timed_run(task: str, difficulty: str, steps: int, steps_budget: int) -> float:
-    points = max(1, math.ceil(train.EVALUATION_POINTS * steps / steps_budget))
+    points = max(1, math.ceil(train_cli.EVALUATION_POINTS * steps / steps_budget))
     with tempfile.TemporaryDirectory() as logdir:
         started = time.perf_counter()
         train.main(["--task", task, "--difficulty", difficulty, "--max-steps", str(steps), "--eval-points",

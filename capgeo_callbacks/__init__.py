@@ -1,10 +1,12 @@
 """capgeo: watch the geometry of a transformer's hidden states while it trains.
 
-Measures are pure functions on tensors (:mod:`~capgeo_callbacks.measures`); the measure callbacks are Lightning
-glue around them, each described once in the measure registry (:mod:`~capgeo_callbacks.registry`); one run
-session (:mod:`~capgeo_callbacks.run`) owns a run's record, rules, alerts and summary, fed by the Lightning callback
-:class:`PrecursorDetector`, the Hugging Face callback (:mod:`capgeo_callbacks.integrations.hf`) or offline analysis
-(:mod:`capgeo_callbacks.offline`); rules and detection work on plain series (:mod:`~capgeo_callbacks.rules`,
+Measures are pure functions on tensors (:mod:`~capgeo_callbacks.measures`); a hidden-state measure is taken by one
+measuring unit (:mod:`~capgeo_callbacks.capture.unit`), which the Lightning monitors, the Hugging Face callback
+(:mod:`capgeo_callbacks.integrations.hf`) and offline analysis (:mod:`capgeo_callbacks.offline`) all drive; each
+measure is described once in the measure registry (:mod:`~capgeo_callbacks.registry`); one run session
+(:mod:`~capgeo_callbacks.run`) owns a run's record, rules, alerts and summary, fed by :class:`PrecursorDetector`, the
+Hugging Face callback or offline analysis, and keeps one read-only view of the run for whoever asks (the progress bar,
+the stopper, a tuner); rules, the stopping policy and detection work on plain series (:mod:`~capgeo_callbacks.rules`,
 :mod:`~capgeo_callbacks.detection`). Definitions: docs/design.md.
 """
 
@@ -20,9 +22,10 @@ from capgeo_callbacks.callbacks import (
     MeasureCallback,
     PrecursorDetector,
     RankMeMonitor,
+    StepProgressBar,
     WeightNormMonitor,
 )
-from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
+from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
 from capgeo_callbacks.detection import (
     Alert,
     DetectionSettings,
@@ -42,7 +45,6 @@ from capgeo_callbacks.measures import (
     per_example_gradients,
     rankme,
 )
-from capgeo_callbacks.publish.progress import StepProgressBar
 from capgeo_callbacks.registry import (
     MeasureSpec,
     get_measure,
@@ -50,7 +52,16 @@ from capgeo_callbacks.registry import (
     resolve_measures,
     unregister_measure,
 )
-from capgeo_callbacks.rules import Forecast, Needs, Rule, RuleOutput, RunView, default_rules, register_rule
+from capgeo_callbacks.rules import (
+    Forecast,
+    Needs,
+    Rule,
+    RuleOutput,
+    RunView,
+    StoppingPolicy,
+    default_rules,
+    register_rule,
+)
 from capgeo_callbacks.run.session import Measurements, RunSession
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME, read_summary
 
@@ -78,6 +89,7 @@ __all__ = [
     "RunView",
     "WeightNormMonitor",
     "StepProgressBar",
+    "StoppingPolicy",
     "default_rules",
     "detect_acquisition",
     "detect_collapse",

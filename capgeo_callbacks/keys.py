@@ -9,7 +9,8 @@ under a measure's prefix (``rankme/<layer>``, ``probe_acc/<layer>``). Rules name
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 __all__ = [
     "ACC",
@@ -24,10 +25,12 @@ __all__ = [
     "TRAIN_LOSS",
     "VAL_ACC",
     "VAL_LOSS",
+    "RunKeys",
     "WEIGHT_NORM",
     "by_layer",
     "how_to_record",
     "key_words",
+    "layer_names",
 ]
 
 ACC = "acc"  # the monitored accuracy, whatever name it was logged under
@@ -81,3 +84,46 @@ def key_words(key: str) -> str:
 def by_layer(series: Mapping[str, Value], prefix: str = RANKME) -> dict[str, Value]:
     """The series under ``prefix`` keyed by layer (the tag without the prefix), in the order given."""
     return {tag[len(prefix):]: value for tag, value in series.items() if tag.startswith(prefix)}
+
+
+def layer_names(summary: Mapping[str, Any], prefix: str = RANKME) -> list[str]:
+    """The watched layers of a summary in watch order (shallowest first: the detector's depth order): those its
+    detection names, then any other with a series under ``prefix``."""
+    names = list(summary.get("layers", {}) or {})
+    names += [layer for layer in by_layer(summary.get("series", {}) or {}, prefix) if layer not in names]
+    return names
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    """The names of what a run records, given once: the monitored accuracy's logged name (recorded as ``acc``), the
+    user's names of the answer log-prob, the per-token accuracy and the validation loss (recorded as
+    ``val/logprob``, ``val/token_acc`` and ``val/loss`` whatever they are called; None: not logged), and the RankMe
+    series' tag prefix.
+
+    Raises:
+        ValueError: on a name that is not a non-empty string (or a prefix that does not end in ``/``).
+    """
+
+    monitor: str = VAL_ACC
+    logprob_key: str | None = LOGPROB
+    token_acc_key: str | None = TOKEN_ACC
+    rankme_prefix: str = RANKME
+    loss_key: str | None = VAL_LOSS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.monitor, str) or not self.monitor:
+            raise ValueError(f"monitor must be a metric key (a non-empty string), got {self.monitor!r}")
+        for name in ("logprob_key", "token_acc_key", "loss_key"):
+            key = getattr(self, name)
+            if key is not None and (not isinstance(key, str) or not key):
+                raise ValueError(f"{name} must be a metric key or None, got {key!r}")
+        prefix = self.rankme_prefix
+        if not isinstance(prefix, str) or not prefix.endswith("/") or len(prefix) < 2:
+            raise ValueError(f"rankme_prefix must be a tag prefix ending in '/', got {prefix!r}")
+
+    @property
+    def renamed(self) -> dict[str, str]:
+        """The user's names of the quantities rules read -> the names rules and summaries know them by."""
+        pairs = ((self.logprob_key, LOGPROB), (self.token_acc_key, TOKEN_ACC), (self.loss_key, VAL_LOSS))
+        return {user: canonical for user, canonical in pairs if user and user != canonical}

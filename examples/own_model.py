@@ -1,8 +1,9 @@
 """Your own causal LM and task, with capgeo attached as the README's "On your own model" prints it.
 
-A small decoder-only transformer named like Hugging Face Llama models (``model.layers.N``, ``model.norm``) learns
-``a b = (a + b) mod 23`` from tuple batches ``(inputs, targets)``: the next token at each position, -100 (ignored)
-but at the answer. It logs ``val/acc`` and ``val/loss``; nothing in it is written for capgeo.
+A small decoder-only transformer named like Hugging Face Llama models (``model.layers.N``, ``model.norm``; the
+gallery's ``examples/decoder.py``) learns ``a b = (a + b) mod 23`` from tuple batches ``(inputs, targets)``: the next
+token at each position, -100 (ignored) but at the answer. It logs ``val/acc`` and ``val/loss``; nothing in it is
+written for capgeo.
 
 What it shows (seed 0; tests/examples/test_own_model.py asserts each): accuracy at chance (1/23) for 150-odd
 steps, then acquired (>= 0.5 held; step 273) and learned (>= 0.9); RankMe of every layer at every evaluation; a
@@ -10,7 +11,7 @@ linear probe on ``model.norm`` with labels read off the tuple batches (0.00 at s
 rule fed (the study rule sees no collapse here, and the probe-crossing warning comes at step 335, after
 acquisition: the probe reads what the head reads); ``acc-trend``'s forecast once accuracy leaves chance, first at
 step 179: step 294 [236, 647], which holds 273; ``capgeo_summary.json``; the progress bar ``step k/600`` with
-accuracy, RankMe and the forecast. Run: ``python examples/own_model.py`` (a minute on one CPU thread).
+accuracy, RankMe and the forecast. Run: ``python -m examples.own_model`` (a minute on one CPU thread).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from capgeo_callbacks import (
     StepProgressBar,
 )
 from capgeo_callbacks.rules import default_rules
+from examples.decoder import Decoder  # a Llama-like decoder (model.layers.N, model.norm), as one's own model
 
 P = 23  # the modulus; tokens 0..P-1 are numbers, P is "="
 
@@ -48,48 +50,6 @@ def modular_addition(examples: int, seed: int, distinct: bool = False) -> Tensor
     targets = torch.full_like(inputs, -100)
     targets[:, -1] = (a + b) % P
     return TensorDataset(inputs, targets)
-
-
-class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.qkv_proj = nn.Linear(dim, 3 * dim, bias=False)
-        self.o_proj = nn.Linear(dim, dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, dim = x.shape
-        q, k, v = self.qkv_proj(x).view(batch, length, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, T, dim / heads)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, length, dim))
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.input_layernorm = nn.RMSNorm(dim)
-        self.self_attn = Attention(dim, heads)
-        self.post_attention_layernorm = nn.RMSNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.SiLU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x))
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
-class Decoder(nn.Module):
-    def __init__(self, vocab: int, length: int, dim: int, layers: int, heads: int) -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(vocab, dim)
-        self.embed_positions = nn.Embedding(length, dim)
-        self.layers = nn.ModuleList(DecoderLayer(dim, heads) for _ in range(layers))
-        self.norm = nn.RMSNorm(dim)
-
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        x = self.embed_tokens(inputs) + self.embed_positions(torch.arange(inputs.shape[1], device=inputs.device))
-        for layer in self.layers:
-            x = layer(x)
-        return self.norm(x)  # (B, T, dim)
 
 
 class TinyLM(pl.LightningModule):

@@ -156,13 +156,14 @@ class Trial(TrialFolder):
 
 
 def train_args(argv: Sequence[str]) -> argparse.Namespace:
-    """``train.parse_args(argv)``, with its argparse error turned into a ValueError carrying the message."""
-    import train
+    """train.py's parsed arguments (``train_cli.parse_args``, its command line, not train.py itself), with its argparse
+    error turned into a ValueError carrying the message."""
+    import train_cli
 
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured):  # train.py's usage line would name the launcher: keep the message
-            return train.parse_args(argv)
+            return train_cli.parse_args(argv)
     except SystemExit as err:
         message = captured.getvalue().strip().splitlines()[-1:] or ["invalid arguments"]
         raise ValueError(f"train.py rejected {' '.join(argv)}: {message[0].split('error: ', 1)[-1]}") from err

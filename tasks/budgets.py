@@ -36,19 +36,20 @@ class Budget:
     negative_control: str | None = None
 
 
-# Hard levels: calibrated on seeds 0-2 (python -m study.calibration table; docs/calibration/hard.md), on an H200
+# Hard levels: calibrated on seeds 0-2 (python -m study.phases.calibration table; docs/calibration/hard.md), on an H200
 # machine; easy and medium: the first version's calibration on a 2-core CPU (docs/calibration/README.md).
 BUDGETS: dict[str, dict[str, Budget]] = {
     "copy": {
         "easy": Budget(max_steps=1500),
         "medium": Budget(max_steps=1000),
-        # selective copying (12 values among 12 blanks): learned late and fully on seeds 0-2 (study.calibration)
+        # selective copying (12 values among 12 blanks): learned late and fully on seeds 0-2 (study.phases.calibration)
         "hard": Budget(max_steps=2600),
     },
     "reverse": {
         "easy": Budget(max_steps=1000),
         "medium": Budget(max_steps=1500),
-        # 16 values: seeds 0-2 differ 3x (acquired at 519, 1,511, 932); seed 0 falls back once (study.calibration)
+        # 16 values: seeds 0-2 differ 3x (acquired at 519, 1,511, 932); seed 0 falls back once
+        # (study.phases.calibration)
         "hard": Budget(max_steps=2400),
     },
     "compare": {
@@ -82,13 +83,13 @@ BUDGETS: dict[str, dict[str, Budget]] = {
     "sort": {
         "easy": Budget(max_steps=1000),
         "medium": Budget(max_steps=2000),
-        # the main command; 16 values of 32: learned late and fully on seeds 0-2 (study.calibration)
+        # the main command; 16 values of 32: learned late and fully on seeds 0-2 (study.phases.calibration)
         "hard": Budget(max_steps=2800),
     },
     "mul": {
         "easy": Budget(max_steps=6000),  # 3 x 1 digits: acquired at step 1008 (seed 0, 17%)
         "medium": Budget(max_steps=2500),  # 5 x 1: at 880 (seed 0: 35% of 2,500)
-        "hard": Budget(max_steps=2500),  # 8 x 1: learned late and fully on seeds 0-2 (study.calibration)
+        "hard": Budget(max_steps=2500),  # 8 x 1: learned late and fully on seeds 0-2 (study.phases.calibration)
     },
     "deduce": {
         "easy": Budget(max_steps=5000),

@@ -1,5 +1,8 @@
-"""One direction between the packages (spec §2): the library imports none of the checkout's other packages,
-and the study sits on top of everything (nothing it does not own imports it).
+"""One direction between the packages (spec §2): the library imports none of the checkout's other packages; the bench
+(``tasks``, ``models``, ``train.py``) sits on the library, the launcher on the bench, and the study on top of everything
+(nothing it does not own imports it); no import circle among the project's modules. Inside the library: ``publish`` is
+a leaf, only the run package reaches the tracker, and only the measuring unit calls the hidden-state measures and the
+label functions.
 
 Static: an import in a subprocess cannot tell, since a name imported lazily inside a function only shows when
 that function runs.
@@ -15,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # never installed, never imported
-CHECKOUT_ONLY = ("study", "tasks", "models", "train", "sweep", "launch", "benchmarks")
+CHECKOUT_ONLY = ("study", "tasks", "models", "train", "train_cli", "sweep", "launch", "benchmarks")
 ENGINES = ("ray", "optuna", "submitit")  # the sweep extra: the library imports them only in the functions using them
 
 
@@ -118,8 +121,11 @@ def test_the_adapters_reach_the_session_not_each_other() -> None:
     assert not {n for n in hf if n.startswith(("capgeo_callbacks.offline", "capgeo_callbacks.callbacks"))}
     offline = imports_of(modules("capgeo_callbacks/offline"))
     assert "capgeo_callbacks.run.session" in offline
+    # a Lightning checkpoint is validated with the live run's hidden-state monitors riding on the pass, as live
+    monitors = {f"capgeo_callbacks.callbacks.{name}" for name in ("hidden_state_monitor", "rankme_monitor",
+                                                                   "linear_probe_monitor")}
     assert not {n for n in offline if n.startswith(("capgeo_callbacks.callbacks", "capgeo_callbacks.integrations.hf"))
-                and n != "capgeo_callbacks.integrations.hf_models"}
+                and n != "capgeo_callbacks.integrations.hf_models" and n not in monitors}
 
 
 def test_measures_take_tensors_and_callables_and_models_take_sizes() -> None:
@@ -144,3 +150,118 @@ def test_one_module_names_the_rankme_prefix_and_the_adapters_stay_thin() -> None
     every = "\n".join(path.read_text() for path in modules("capgeo_callbacks"))
     assert "_warned" not in every and every.count("class WarnOnce") == 1  # one warn-once, run/failures.py
     assert "write_summary(" not in (ROOT / "train.py").read_text()  # the session writes the summary, once
+
+
+# -- the seams: the bench beneath the launcher, the launcher beneath the study ----------------------------------------
+PROJECT = ("capgeo_callbacks", "tasks", "models", "launch", "study", "examples", "benchmarks")
+SCRIPTS = ("train.py", "train_cli.py", "sweep.py")
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the project (the tests aside) by its dotted name."""
+    paths = [path for package in PROJECT for path in modules(package)] + [ROOT / script for script in SCRIPTS]
+    named = {}
+    for path in paths:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        named[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return named
+
+
+def test_train_py_and_the_launcher_import_nothing_of_the_study() -> None:
+    for path in [ROOT / "train.py", ROOT / "train_cli.py", *modules("launch")]:
+        wrong = [(line, name) for line, name in imported(path) if top(name) == "study"]
+        assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}: the study sits above the main command"
+
+
+def test_the_launcher_imports_train_py_only_to_run_it() -> None:
+    """train.py's arguments are read by train_cli (its command line); train.py itself is imported only where a
+    train.py trial runs (``Trial.execute``)."""
+    for path in modules("launch"):
+        tree = ast.parse(path.read_text())
+        owners = {id(method): cls.name for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
+                  for method in cls.body}
+        for function in [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.Module))]:
+            body = function.body if isinstance(function, ast.FunctionDef) else [
+                node for node in function.body if not isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+            names = {alias.name for node in body for inner in ast.walk(node) if isinstance(inner, ast.Import)
+                     for alias in inner.names}
+            if "train" in names:
+                where = (owners.get(id(function)), getattr(function, "name", None))
+                assert where == ("Trial", "execute"), \
+                    f"{path.relative_to(ROOT)} imports train.py in {'.'.join(filter(None, where)) or 'the module'}"
+
+
+def test_the_study_imports_no_example() -> None:
+    for path in modules("study"):
+        wrong = [(line, name) for line, name in imported(path) if top(name) == "examples"]
+        assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}: the study runs an example as a user would"
+
+
+def test_no_import_circle_among_the_project_s_modules() -> None:
+    """Lazy imports (inside functions) included; a module importing from its own package's ``__init__`` is fine."""
+    named = project_modules()
+
+    def resolved(name: str) -> str | None:
+        while name and name not in named:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {module: {found for _, name in imported(path) for candidate in (name,)
+                      if (found := resolved(candidate)) is not None and found != module}
+             for module, path in named.items()}
+    for module, path in named.items():  # ``from package import module`` imports that module
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                graph[module] |= {f"{node.module}.{alias.name}" for alias in node.names
+                                  if f"{node.module}.{alias.name}" in named} - {module}
+    circles, done, stack = [], set(), []
+
+    def visit(module: str) -> None:
+        if module in stack:
+            circles.append(stack[stack.index(module):] + [module])
+            return
+        if module in done:
+            return
+        stack.append(module)
+        for other in sorted(graph[module]):
+            visit(other)
+        stack.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+    assert len(named) > 150 and not circles, f"import circles: {circles[:5]}"
+
+
+def attribute_names(path: Path) -> set[str]:
+    return {node.attr for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)}
+
+
+def test_nothing_outside_the_run_package_reaches_the_tracker() -> None:
+    """Whoever wants to know where a run stands reads the session's view (``run/view.py``)."""
+    outside = [path for path in project_modules().values() if "run" not in path.relative_to(ROOT).parts[1:2]]
+    outside += [path for path in sorted((ROOT / "tests").rglob("*.py")) if path.parent.name != "run"]
+    reaching = [path.relative_to(ROOT).as_posix() for path in outside if "tracker" in attribute_names(path)]
+    assert not reaching, f"{reaching} reach into the session's tracker"
+
+
+def test_publish_imports_only_the_keys_of_the_package() -> None:
+    for path in modules("capgeo_callbacks/publish"):
+        wrong = {name for _, name in imported(path) if top(name) == "capgeo_callbacks"
+                 and not name.startswith(("capgeo_callbacks.publish", "capgeo_callbacks.keys"))}
+        assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}: publish is a leaf"
+
+
+def called_names(path: Path) -> set[str]:
+    return {node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+            and isinstance(node.func, (ast.Name, ast.Attribute))}
+
+
+def test_only_the_measuring_unit_measures_hidden_states_and_reads_labels() -> None:
+    """RankMe and the probe of a layer's rows, and the probe labels of a batch, have one caller: the unit the
+    Lightning monitors, the Hugging Face callback and offline analysis all drive."""
+    measured = {"rankme", "held_out_probe_accuracy", "answer_labels", "target_labels"}
+    callers = {path.relative_to(ROOT).as_posix(): sorted(called_names(path) & measured)
+               for path in modules("capgeo_callbacks") if called_names(path) & measured}
+    assert callers == {"capgeo_callbacks/capture/unit.py": sorted(measured)}

@@ -211,7 +211,7 @@ class AfterEvaluation(pl.Callback):
             self.hooks_seen.append(f"global forward hooks at step {step}")
         for callback in trainer.callbacks:
             if isinstance(callback, (RankMeMonitor, LinearProbeMonitor)):
-                capture = callback.capture
+                capture = callback.unit.capture
                 held = {key: getattr(capture, key) for key in ("_rows", "_labels", "_counts", "_handles", "_batch",
                                                                "_batch_labels")}
                 self.rows_seen += [f"{type(callback).__name__}.capture.{key} at step {step}"

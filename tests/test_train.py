@@ -12,6 +12,7 @@ import torch
 
 import tasks
 import train
+import train_cli
 from capgeo_callbacks.run.schedule import evaluation_steps
 from models import SIZES
 from tests.callbacks.conftest import read_events
@@ -209,7 +210,7 @@ def test_provenance_names_the_threads_and_a_clean_tree_from_the_launcher(monkeyp
 
 def test_the_registration_is_recorded_without_a_machine_path(tmp_path: Path) -> None:
     """Inside the checkout, relative to it; outside, by its name: no summary names a folder of its machine."""
-    assert train.registered_rules(str(train.REGISTRATION))[1]["path"] == "study/registration.json"
+    assert train_cli.registered_rules(str(train_cli.REGISTRATION))[1]["path"] == "study/registration.json"
     elsewhere = tmp_path / "mine.json"
-    elsewhere.write_bytes(train.REGISTRATION.read_bytes())
-    assert train.registered_rules(str(elsewhere))[1]["path"] == "mine.json"
+    elsewhere.write_bytes(train_cli.REGISTRATION.read_bytes())
+    assert train_cli.registered_rules(str(elsewhere))[1]["path"] == "mine.json"

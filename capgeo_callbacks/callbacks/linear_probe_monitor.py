@@ -8,15 +8,11 @@ token, the answer, the class), measured on the validation pass.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from torch import Tensor
-
-from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
-from capgeo_callbacks.capture.batches import answer_labels, target_labels
+from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
 from capgeo_callbacks.capture.hooks import LabelsFn
-from capgeo_callbacks.capture.measuring import probe_of_rows
 from capgeo_callbacks.capture.selectors import Selector
+from capgeo_callbacks.capture.unit import ProbeUnit
 
 
 class LinearProbeMonitor(HiddenStateMonitor):
@@ -68,8 +64,6 @@ class LinearProbeMonitor(HiddenStateMonitor):
         trainer = Trainer(callbacks=[probes])
     """
 
-    min_rows = 4  # half to fit, half to score
-
     def __init__(
         self,
         layers: str | Sequence[str] | None = None,
@@ -82,33 +76,11 @@ class LinearProbeMonitor(HiddenStateMonitor):
         labels_fn: LabelsFn | None = None,
         prefix: str = "probe_acc",
     ) -> None:
-        if labels_fn is not None and not callable(labels_fn):
-            raise ValueError(f"labels_fn must be callable batch -> labels, got {type(labels_fn).__name__}")
-        if labels_fn is None and selector not in ("target", "answer"):
-            raise ValueError(f"selector {selector!r} needs labels_fn=lambda batch: ... (one label per selected row); "
-                             "only selectors 'target' and 'answer' find their labels in the batch")
-        if isinstance(ridge, bool) or not isinstance(ridge, (int, float)) or not ridge >= 0:
-            raise ValueError(f"ridge must be a non-negative number, got {ridge!r}")
-        self.target_key = target_key
-        self.ridge = float(ridge)
-        self.labels_fn = labels_fn
-        found = self.answer_labels if selector == "answer" else self.target_labels
-        super().__init__(layers, selector, num_rows, every_n_evals, mask_key, prefix,
-                         labels_fn=labels_fn if labels_fn is not None else found)
+        super().__init__(layers, every_n_evals=every_n_evals,
+                         unit=ProbeUnit(selector, num_rows, mask_key=mask_key, target_key=target_key, ridge=ridge,
+                                        labels_fn=labels_fn, prefix=prefix))
 
-    def answer_labels(self, batch: Any) -> Tensor:
-        """The correct answer token at each answer position: ``batch[target_key][batch[mask_key]]``."""
-        return answer_labels(batch, self.target_key, self.mask_key)
-
-    def target_labels(self, batch: Any) -> Tensor:
-        """The label of each row the ``target`` selector takes
-        (:func:`~capgeo_callbacks.capture.batches.target_labels`)."""
-        return target_labels(batch, self.mask_key)
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return {**super().config, "ridge": self.ridge, "target_key": self.target_key}
-
-    def measure_rows(self, name: str, rows: Tensor, labels: Tensor | None, step: int) -> float | None:
-        assert labels is not None
-        return probe_of_rows(name, rows, labels, self.ridge, step, self.warn_once)
+    # the unit's configuration, read through
+    target_key = property(lambda self: self.unit.target_key)
+    ridge = property(lambda self: self.unit.ridge, doc="The probe's L2 penalty.")
+    labels_fn = property(lambda self: self.unit.labels_fn, doc="The labels function given (None: found in the batch).")

@@ -96,16 +96,16 @@ class PrecursorDetector(Callback):
 
     @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
     def state_key(self) -> str:  # type: ignore[override]
-        return self._generate_state_key(monitor=self.monitor, rankme_prefix=self.session.tracker.rankme_prefix)
+        return self._generate_state_key(monitor=self.monitor, rankme_prefix=self.session.keys.rankme_prefix)
 
     # what the session holds, read through
     monitor = property(lambda self: self.session.monitor)
     settings = property(lambda self: self.session.settings)
     run_info = property(lambda self: self.session.run_info)
     on_alert = property(lambda self: self.session.on_alert)
-    tracker = property(lambda self: self.session.tracker)
+    view = property(lambda self: self.session.view, doc="The run at its latest evaluation (the session's view).")
     acc = property(lambda self: self.session.acc, doc="``[[step, accuracy], ...]`` at every evaluation so far.")
-    scalars = property(lambda self: self.session.tracker.scalars, doc="Every other recorded scalar, by tag.")
+    scalars = property(lambda self: self.session.scalars, doc="Every other recorded scalar, by tag.")
     alerts = property(lambda self: self.session.alerts, doc="Every rule's alerts so far.")
     acquired_step = property(lambda self: self.session.acquired_step, doc="The acquisition step, once confirmed.")
     summary = property(lambda self: self.session.summary, doc="The latest summary built (the written one at the end).")
@@ -147,7 +147,7 @@ class PrecursorDetector(Callback):
     def _scalars_now(self, trainer: pl.Trainer) -> dict[str, float]:
         """Every scalar under ``record`` (not the monitor), the mean training loss since the last evaluation and
         the first optimizer's learning rate."""
-        named = set(self.session.tracker.renamed)
+        named = set(self.session.keys.renamed)
         scalars = {tag: float(value) for tag, value in trainer.callback_metrics.items()
                    if tag != self.monitor and (tag.startswith(self.record) or tag in named)}
         self._flush_losses()

@@ -7,13 +7,10 @@ Per-layer RankMe (effective dimension) of hidden states, measured on the validat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from torch import Tensor
-
-from capgeo_callbacks.callbacks._hidden import HiddenStateMonitor
-from capgeo_callbacks.capture.measuring import rankme_of_rows
+from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
 from capgeo_callbacks.capture.selectors import Selector
+from capgeo_callbacks.capture.unit import RankMeUnit
 
 
 class RankMeMonitor(HiddenStateMonitor):
@@ -74,14 +71,7 @@ class RankMeMonitor(HiddenStateMonitor):
         eps: float = 1e-7,
         prefix: str = "rankme",
     ) -> None:
-        super().__init__(layers, selector, num_rows, every_n_evals, mask_key, prefix)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError(f"eps must be a positive number, got {eps!r}")
-        self.eps = float(eps)
+        super().__init__(layers, every_n_evals=every_n_evals,
+                         unit=RankMeUnit(selector, num_rows, mask_key=mask_key, eps=eps, prefix=prefix))
 
-    @property
-    def config(self) -> dict[str, Any]:
-        return {**super().config, "eps": self.eps}
-
-    def measure_rows(self, name: str, rows: Tensor, labels: Tensor | None, step: int) -> float | None:
-        return rankme_of_rows(name, rows, self.eps, step, self.warn_once)
+    eps = property(lambda self: self.unit.eps, doc="RankMe's epsilon.")

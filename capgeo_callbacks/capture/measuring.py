@@ -1,29 +1,23 @@
-"""Measuring a model without changing it, and turning captured rows into values.
+"""Measuring a model without changing it.
 
 :func:`measuring` is where every measurement runs (the Lightning monitors, the Hugging Face callback, offline
 analysis): each submodule in eval mode and restored afterwards, the global RNG forked so nothing drawn there
 reaches training's stream (iterating a loader draws a seed), and gradients only where the measure needs them.
-:func:`usable_rows`, :func:`rankme_of_rows` and :func:`probe_of_rows` are the row-count checks and the two
-hidden-state measures every caller applies the same way.
+:class:`Measured` is what one model's measurement on a probe set gave.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from capgeo_callbacks.measures.hessian import math_sdpa
-from capgeo_callbacks.measures.probes import held_out_probe_accuracy
-from capgeo_callbacks.measures.rankme import rankme
 
-__all__ = ["Measured", "measuring", "probe_of_rows", "rankme_of_rows", "usable_rows"]
-
-WarnFn = Callable[[str, str], Any]
+__all__ = ["Measured", "measuring"]
 
 
 @dataclass
@@ -70,39 +64,3 @@ def measuring(module: nn.Module, grad: bool = False) -> Iterator[None]:
     finally:
         for m, training in modes:
             m.training = training
-
-
-def usable_rows(layer: str, count: int, minimum: int, num_rows: int, warn: WarnFn) -> bool:
-    """Whether ``count`` captured rows of ``layer`` can be measured (at least ``minimum``); fewer than
-    ``num_rows`` are measured with a warning, since RankMe is only comparable at equal N."""
-    if count < minimum:
-        warn(f"empty:{layer}", f"{count} row{'' if count == 1 else 's'} captured for {layer!r}, fewer than "
-             f"{minimum}; skipped")
-        return False
-    if count < num_rows:
-        warn(f"few:{layer}", f"{layer!r} gave {count} rows, fewer than num_rows={num_rows}; measured on {count} rows")
-    return True
-
-
-def rankme_of_rows(layer: str, rows: Tensor, eps: float, step: int | None, warn: WarnFn) -> float | None:
-    """RankMe of the rows, or None (warned) when the hidden states are not finite."""
-    try:
-        return rankme(rows, eps=eps)
-    except ValueError as err:
-        warn(f"value:{layer}", f"{layer!r}{_at(step)}: {err}; skipped")
-        return None
-
-
-def probe_of_rows(layer: str, rows: Tensor, labels: Tensor, ridge: float, step: int | None,
-                  warn: WarnFn) -> float | None:
-    """Held-out linear probe accuracy of the rows (fit on the first half, scored on the second), or None (warned)
-    on non-finite hidden states or a singular system."""
-    try:
-        return held_out_probe_accuracy(rows, labels, ridge=ridge)
-    except (ValueError, RuntimeError) as err:
-        warn(f"value:{layer}", f"{layer!r}{_at(step)}: {err}; skipped")
-        return None
-
-
-def _at(step: int | None) -> str:
-    return "" if step is None else f" at step {step}"

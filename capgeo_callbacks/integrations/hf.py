@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from capgeo_callbacks.capture.batches import TARGETS_LOOKED_FOR, to_device
 from capgeo_callbacks.capture.measuring import measuring
 from capgeo_callbacks.capture.selectors import Selector, selector_name
+from capgeo_callbacks.capture.unit import HiddenStateUnit, ProbeUnit, RankMeUnit
 from capgeo_callbacks.detection import Alert, DetectionSettings, append_point
 from capgeo_callbacks.integrations.hf_models import (
     MASK_KEY,
@@ -24,9 +25,10 @@ from capgeo_callbacks.integrations.hf_models import (
     check_probe_rows,
     has_targets,
     layer_globs,
-    measure_hf,
     probe_batches,
+    probe_pass,
     probe_selector,
+    scores_answers,
     selected_rows,
 )
 from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
@@ -55,7 +57,7 @@ class CapgeoTrainerCallback(TrainerCallback):
 
     At the steps of :func:`~capgeo_callbacks.run.schedule.evaluation_steps` (``points`` over the budget; step 0 in
     ``on_train_begin``, the others in ``on_step_end``, whatever the Trainer's ``eval_strategy``), one forward pass
-    over the probe rows (:func:`~capgeo_callbacks.integrations.hf_models.measure_hf`) gives RankMe of every hidden
+    over the probe rows (:func:`~capgeo_callbacks.integrations.hf_models.probe_pass`) gives RankMe of every hidden
     state (``embed``, ``layers.i``, ``layers.{L-1}+final_norm``) and, with targets in the rows (Hugging Face's
     ``labels``, unshifted as the model takes them, or capgeo's ``targets`` + ``answer_mask``), ``val/acc`` (exact
     match of the target tokens), ``val/token_acc``, ``val/logprob``, ``val/loss`` (the model's loss on the rows) and
@@ -113,15 +115,16 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.probe_rows, self.layers, self.selector, self.num_rows = rows, patterns, selector, num_rows
         self.points, self.schedule, self.max_steps = points, schedule, max_steps
         self.acc_fn, self.output_dir = acc_fn, output_dir
-        self.probes = bool(probes) and has_targets(rows) and selector in ("target", "answer")
-        self._probes_wanted = bool(probes)
-        self.batches = probe_batches(rows, batch_size)
+        self.probes = (bool(probes) and has_targets(rows) and selector in ("target", "answer")
+                       and num_rows >= ProbeUnit.min_rows)
+        self._probes_wanted, self.batches = bool(probes), probe_batches(rows, batch_size)
         chosen = rules is not None
         rules = default_rules(settings) if rules is None else rules
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
                                   token_acc_key=TOKEN_ACC, on_alert=on_alert,
                                   warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning),
                                   rules_chosen=chosen)
+        self.units = _units(selector, num_rows, self.probes, self.session.warn)
         self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]: what this callback measures
         self.rows: dict[str, int] = {}
         self._scheduled = frozenset(eval_steps or ())
@@ -129,7 +132,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         self._pending: dict[str, float] = {}
         self._parameters = 0
 
-    steps = property(lambda self: self.session.tracker.steps, doc="The steps measured so far.")
+    steps = property(lambda self: list(self.session.view.steps), doc="The steps measured so far.")
     acc = property(lambda self: self.session.acc)
     alerts = property(lambda self: self.session.alerts)
     summary = property(lambda self: self.session.summary)
@@ -157,7 +160,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         known = {"max_steps": budget, "warmup_steps": args.get_warmup_steps(budget) if args is not None else None}
         self.session.add_run_info({key: value for key, value in known.items()
                                    if value is not None and self.session.run_info.get(key) is None})
-        if state.global_step > 0 and not self.acc:
+        if state.global_step > 0 and not self.session.view.steps:
             _restore(self, state)
         if state.global_step in self._scheduled:
             self._measure_at(state, model)
@@ -186,30 +189,31 @@ class CapgeoTrainerCallback(TrainerCallback):
     @never_fails
     def _measure_at(self, state: TrainerState, model: nn.Module) -> None:
         step = int(state.global_step)
-        if self.acc and self.acc[-1][0] == step:
+        if self.session.view.step == step:
             return  # measured at this step already (on_train_begin of a run resumed at a scheduled step)
         device = str(next(model.parameters()).device)
         with measuring(model):
-            measured, _ = measure_hf(model, self.batches, set(self.probe_rows), layers=self.layers,
-                                     selector=self.selector, num_rows=self.num_rows, probes=self.probes,
-                                     device=device, mask_key=MASK_KEY, warn=self.session.warn)
+            logged, scalars = self.measure(model, device)
             if self.acc_fn is not None:
-                measured.scalars[ACC_KEY] = float(self.acc_fn(model, to_device(self.probe_rows, device)))
-        if ACC_KEY not in measured.scalars:
+                scalars[ACC_KEY] = float(self.acc_fn(model, to_device(self.probe_rows, device)))
+        if ACC_KEY not in scalars:
             self.session.warn("no-acc", "the probe rows hold no targets ('labels', or 'targets' + 'answer_mask') and "
                               "no acc_fn was given: accuracy is NaN, so acquisition is never detected")
-        layers = ((RANKME, measured.rankme), (PROBE_ACC, measured.probe_acc))
-        logged = {f"{prefix}{label}": value for prefix, values in layers for label, value in values.items()
-                  if value == value}  # NaN: not measured
         for tag, value in logged.items():
             append_point(self.series.setdefault(tag, []), step, value)
-        self.rows.update(measured.rows)
-        acc = measured.scalars.pop(ACC_KEY, float("nan"))
-        publisher = _Pending({**logged, ACC_KEY: acc, **measured.scalars})
-        self.session.evaluate(step, acc, measured.scalars, self.measurements(), publisher, max_steps=self._budget)
+        acc = scalars.pop(ACC_KEY, float("nan"))
+        publisher = _Pending({**logged, ACC_KEY: acc, **scalars})
+        self.session.evaluate(step, acc, scalars, self.measurements(), publisher, max_steps=self._budget)
         state.log_history.append({**publisher.values, "step": step})
         self._pending = publisher.values
 
+    def measure(self, model: nn.Module, device: str) -> tuple[dict[str, float], dict[str, float]]:
+        """The units' values by tag, and the answer's scores, on the probe rows (in eval mode, without gradients)."""
+        scalars, _ = probe_pass(model, self.batches, self.units, layers=self.layers, device=device, mask_key=MASK_KEY,
+                                score=scores_answers(self.probe_rows), warn=self.session.warn)
+        computed = [unit.compute() for unit in self.units]
+        self.rows.update({tag: rows for one in computed for tag, rows in one.rows.items()})
+        return {tag: value for one in computed for tag, value in one.values.items()}, scalars
 
 
 def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
@@ -221,7 +225,14 @@ def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
         for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
             append_point(callback.series.setdefault(tag, []), step, float(entry[tag]))
         scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
-        callback.session.tracker.update(step, float(entry[ACC_KEY]), scalars, callback.series)
+        callback.session.restore(step, float(entry[ACC_KEY]), scalars, Measurements(callback.series))
+
+
+def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> list[HiddenStateUnit]:
+    """The measuring units the Lightning monitors drive (RankMe, and probes), fed here by one forward pass over the
+    probe rows."""
+    units: list[HiddenStateUnit] = [RankMeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)]
+    return units + ([ProbeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)] if probes else [])
 
 
 def _check_arguments(num_rows: int, points: int, batch_size: int, max_steps: int | None, schedule: str,

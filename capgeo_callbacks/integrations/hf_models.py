@@ -4,14 +4,14 @@ One pass over the probe rows with ``output_hidden_states=True``: ``hidden_states
 (labelled ``embed``) and ``hidden_states[i]`` the output of block ``i - 1`` (``layers.{i-1}``), except the last,
 which Hugging Face returns *after the final layer norm*: it is labelled ``layers.{L-1}+final_norm`` (hooking the
 final norm module gives the same tensor). The raw output of the last block is not in ``hidden_states`` and is not
-measured. Rows are kept by the :class:`~capgeo_callbacks.capture.hooks.HiddenStateCapture` the Lightning monitors
-use (docs/design.md, "RankMe rows"). Used by the live callback (:mod:`capgeo_callbacks.integrations.hf`) and by
-offline analysis of saved revisions; transformers is imported only where a saved revision is loaded.
+measured. Each batch and its hidden states go to the measuring units the Lightning monitors drive
+(:mod:`capgeo_callbacks.capture.unit`; docs/design.md, "RankMe rows"). Used by the live callback
+(:mod:`capgeo_callbacks.integrations.hf`) and by offline analysis of saved revisions; transformers is imported only
+where a saved revision is loaded.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -20,23 +20,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from capgeo_callbacks.capture.batches import (
-    TargetsNotFound,
-    answer_labels,
-    answer_scores,
-    find_targets,
-    target_labels,
-    to_device,
-)
-from capgeo_callbacks.capture.hooks import HiddenStateCapture
+from capgeo_callbacks.capture.batches import TargetsNotFound, answer_scores, find_targets, to_device
 from capgeo_callbacks.capture.layers import glob_match
-from capgeo_callbacks.capture.measuring import Measured, probe_of_rows, rankme_of_rows, usable_rows
 from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, Selector, validate_selector
-from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
+from capgeo_callbacks.capture.unit import HiddenStateUnit
+from capgeo_callbacks.keys import LOGPROB, TOKEN_ACC, VAL_ACC, VAL_LOSS
 
 __all__ = ["FINAL_NORM_SUFFIX", "HF_NOTE", "MASK_KEY", "TARGET_KEY", "check_model", "check_probe_rows",
-           "has_targets", "hf_layer_labels", "layer_globs", "load_hf", "measure_hf", "probe_batches", "probe_selector",
-           "selected_rows"]
+           "has_targets", "hf_layer_labels", "layer_globs", "load_hf", "probe_batches", "probe_pass", "probe_selector",
+           "scores_answers", "selected_rows"]
 
 FINAL_NORM_SUFFIX = "+final_norm"
 HF_NOTE = ("Hugging Face hidden_states: 'embed' is the token embeddings, 'layers.i' the output of block i; "
@@ -107,6 +99,13 @@ def check_probe_rows(rows: Any) -> dict[str, Tensor]:
         raise ValueError(f"probe_rows needs both {TARGET_KEY!r} and {MASK_KEY!r} (the answer's tokens and where they "
                          f"are) or neither; got {sorted(rows)}")
     return {key: value.detach().cpu() for key, value in rows.items()}
+
+
+def scores_answers(keys: Iterable[str], mask_key: str = MASK_KEY) -> bool:
+    """Whether probe rows with ``keys`` hold targets to score: Hugging Face's ``labels``, or ``targets`` with the
+    answer mask."""
+    keys = set(keys)
+    return {TARGET_KEY, mask_key} <= keys or "labels" in keys
 
 
 def has_targets(rows: Mapping[str, Tensor]) -> bool:
@@ -211,61 +210,45 @@ class _AnswerScore:
                 LOGPROB: self.logprob_sum / tokens, VAL_LOSS: -self.logprob_sum / tokens}
 
 
-def measure_hf(
+def probe_pass(
     model: nn.Module,
     batches: Iterable[Mapping[str, Tensor]],
-    keys: set[str],
+    units: Sequence[HiddenStateUnit],
     *,
     layers: Sequence[str] | None,
-    selector: Selector,
-    num_rows: int,
-    probes: bool,
     device: str,
     mask_key: str,
+    score: bool,
     warn: Any,
-) -> tuple[Measured, list[str]]:
-    """RankMe (and probe accuracy) of each hidden state, and the answer's scores, on the probe ``batches``.
+) -> tuple[dict[str, float], list[str]]:
+    """One forward pass over the probe ``batches`` with ``output_hidden_states``: each batch and its hidden states, by
+    label, go to every unit (watching the labels ``layers`` matches), and with ``score`` the answer is scored.
 
     Args:
         model: a causal LM whose forward takes ``output_hidden_states``.
         batches: the probe rows, in a fixed order.
-        keys: the keys the batches have (``input_ids``, ``targets``, ``answer_mask``...).
+        units: the measuring units fed (their values: ``unit.compute()`` afterwards).
         layers: globs over the labels (``embed``, ``layers.*``); None for all.
-        selector: token rows.
-        num_rows: rows per layer.
-        probes: also held-out linear probe accuracy (needs targets in the batches, and the ``target`` or ``answer``
-            selector).
         device: where the model is.
         mask_key: batch key of capgeo's answer mask.
+        score: whether the batches hold targets to score (``labels``, or ``targets`` + the answer mask).
         warn: ``warn(key, message)``, where problems are reported once.
 
     Returns:
-        The measurements (``val/acc``, ``val/token_acc``, ``val/logprob`` and ``val/loss`` where the batches hold
-        targets) and the measured labels, in depth order.
+        The answer's scores (``val/acc``, ``val/token_acc``, ``val/logprob``, ``val/loss``; empty without ``score``) and
+        the watched labels, in depth order.
 
     Raises:
         ValueError: if the probe set is empty, does not fit the vocabulary, or ``layers`` matches nothing.
     """
     num_layers = int(getattr(model.config, "num_hidden_layers", 0))
     vocab = int(getattr(model.config, "vocab_size", 0) or 0)
-    # exact match, per-token accuracy, log-prob and loss of the target tokens
-    score = {TARGET_KEY, mask_key} <= keys or "labels" in keys
-    want_probes = probes and score and selector in ("target", "answer")
-    if probes and not want_probes:
-        warn("probes-hf", "probe accuracy needs targets in the probe set ('labels', or 'targets' + "
-             f"{mask_key!r}) and the 'target' or 'answer' selector; probes are left out")
-    labels_fn = None
-    if want_probes:
-        labels_fn = ((lambda batch: answer_labels(batch, TARGET_KEY, mask_key)) if selector == "answer" else
-                     (lambda batch: target_labels(batch, mask_key)))
-    capture = HiddenStateCapture(selector, num_rows, mask_key, labels_fn=labels_fn, warn=warn)
     labels: list[str] | None = None
-    keep: list[int] = []
     answers = _AnswerScore()
     model.eval()
     with torch.inference_mode():
         for batch in batches:
-            if capture.full() and not score:
+            if labels is not None and all(unit.full for unit in units) and not score:
                 break  # rows complete and nothing else to score: skip the rest of the probe set
             batch = to_device(batch, device)
             input_ids = batch["input_ids"]
@@ -275,35 +258,24 @@ def measure_hf(
             extra = {"attention_mask": batch["attention_mask"]} if "attention_mask" in batch else {}
             out = model(input_ids=input_ids, output_hidden_states=True, use_cache=False, **extra)
             if labels is None:
-                labels = hf_layer_labels(len(out.hidden_states), num_layers)
-                if labels[0] != "embed":
+                every = hf_layer_labels(len(out.hidden_states), num_layers)
+                if every[0] != "embed":
                     warn("hf-labels", f"{type(model).__name__} returned {len(out.hidden_states)} hidden states for "
                          f"{num_layers} layers; they are labelled hidden_states.i")
-                keep = [i for i, label in enumerate(labels)
-                        if layers is None or any(glob_match(pattern, label) for pattern in layers)]
-                if not keep:
-                    raise ValueError(f"layer patterns {list(layers or [])} match none of {', '.join(labels)}")
-                capture.start([labels[i] for i in keep])
-            capture.set_batch(batch)
-            for i in keep:
-                capture.add(labels[i], out.hidden_states[i])
+                labels = [label for label in every
+                          if layers is None or any(glob_match(pattern, label) for pattern in layers)]
+                if not labels:
+                    raise ValueError(f"layer patterns {list(layers or [])} match none of {', '.join(every)}")
+                index = {label: every.index(label) for label in labels}
+                for unit in units:
+                    unit.watch({label: label for label in labels})
+                    unit.start()
+            for unit in units:
+                unit.update(batch, {label: out.hidden_states[i] for label, i in index.items()})
             if score:
                 targets = find_targets(batch, mask_key)
-                attention = batch.get("attention_mask")
-                answers.add(out.logits, targets.values.clamp_min(0), targets.positions(attention))
+                answers.add(out.logits, targets.values.clamp_min(0), targets.positions(batch.get("attention_mask")))
     if labels is None:
         raise ValueError("the probe set is empty")
-    result = Measured(rankme={}, scalars=answers.scalars(), parameters=sum(p.numel() for p in model.parameters()))
-    for label, (z, y) in capture.take().items():
-        result.rankme[label] = math.nan
-        if not usable_rows(label, z.shape[0], 2, num_rows, warn):
-            continue
-        value = rankme_of_rows(label, z, 1e-7, None, warn)
-        if value is None:
-            continue
-        result.rankme[label], result.rows[f"{RANKME}{label}"] = value, int(z.shape[0])
-        if y is not None and y.shape[0] == z.shape[0] and z.shape[0] >= 4:
-            probe = probe_of_rows(label, z, y, 1e-3, None, warn)
-            if probe is not None:
-                result.probe_acc[label], result.rows[f"{PROBE_ACC}{label}"] = probe, int(z.shape[0])
-    return result, [labels[i] for i in keep]
+    return answers.scalars(), labels
+

@@ -1,15 +1,18 @@
-"""capgeo in hyperparameter engines: report a run to Ray Tune, and the capability stopper as a Tune stopper and
-an Optuna pruner. Ray and Optuna are imported only when these run (``pip install 'capgeo-callbacks[sweep]'``).
+"""capgeo in hyperparameter engines: report a run to Ray Tune, and the stopping policy
+(:class:`~capgeo_callbacks.rules.stopping.StoppingPolicy`) as a Tune stopper and an Optuna pruner. Ray and Optuna are
+imported only when these run (``pip install 'capgeo-callbacks[sweep]'``).
 
-- :class:`TuneReportCallback`: a Lightning callback that reports each evaluation to Tune: ``val/acc``,
-  ``val/token_acc``, ``val/logprob``, each layer's RankMe, each forecaster's ``forecast/<rule>`` and what a
-  stopper needs to rebuild the run (``capgeo/info``).
+- :class:`TuneReportCallback`: a Lightning callback that reports each evaluation to Tune from the run's view (the
+  :class:`~capgeo_callbacks.PrecursorDetector`'s session): ``val/acc``, ``val/token_acc``, ``val/logprob``,
+  ``val/loss``, each layer's RankMe, each forecaster's ``forecast/<rule>`` and what a stopper needs to rebuild the run
+  (``capgeo/info``).
 - :class:`TuneCapabilityStopper`: ``RunConfig(stop=TuneCapabilityStopper())``: rebuilds each trial's series from
-  its reports and asks :meth:`CapabilityStopper.should_stop`; for trials whose reports carry those series (the
-  reporter above, or a user's own ``tune.report`` with the same keys).
+  its reports and asks the policy's ``should_stop``; for trials whose reports carry those series (the reporter
+  above, or a user's own ``tune.report`` with the same keys).
 - :class:`OptunaCapabilityPruner`: a Lightning callback, modelled on Optuna's ``PyTorchLightningPruningCallback``:
   it reports ``val/acc`` to the Optuna trial at each evaluation and raises ``optuna.TrialPruned`` with the
-  stopper's reason when :meth:`CapabilityStopper.should_stop` says stop.
+  policy's reason when it says stop (the :class:`~capgeo_callbacks.callbacks.capability_stopper.CapabilityStopper`'s
+  decision, with a pruned trial instead of a stopped fit).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from lightning.pytorch.callbacks import Callback
 from capgeo_callbacks.callbacks.capability_stopper import CapabilityStopper
 from capgeo_callbacks.keys import FORECAST, RANKME
 from capgeo_callbacks.rules import RunView
+from capgeo_callbacks.rules.stopping import StoppingPolicy
 
 __all__ = ["OptunaCapabilityPruner", "TuneCapabilityStopper", "TuneReportCallback"]
 
@@ -44,33 +48,32 @@ class TuneReportCallback(Callback):
             return
         from ray import tune
 
-        detector = CapabilityStopper.detector(trainer)
-        run = CapabilityStopper.view(trainer)
+        view = CapabilityStopper.detector(trainer).view
+        run = view.run
         if not run.steps or run.step != trainer.global_step:
             return
         metrics: dict[str, Any] = {"step": run.step, "val/acc": run.last("acc")}
         for tag in (*REPORTED[1:], *run.tags(RANKME)):
             if (value := _finite(run.last(tag))) is not None:
                 metrics[tag] = value
-        for rule, made in detector.tracker.forecasts.items():
-            if made and made[-1].step == run.step and made[-1].predicted is not None:
-                metrics[f"{FORECAST}{rule}"] = made[-1].predicted  # inf: not within reach
+        for rule, made in view.forecasts.items():
+            metrics[f"{FORECAST}{rule}"] = made.predicted  # inf: not within reach
         metrics["capgeo/info"] = {key: run.info[key] for key in INFO if key in run.info}
         tune.report(metrics)
 
 
 class TuneCapabilityStopper:
-    """A Ray Tune stopper (``RunConfig(stop=...)``) that asks a :class:`CapabilityStopper` about each trial.
+    """A Ray Tune stopper (``RunConfig(stop=...)``) that asks the stopping policy about each trial.
 
     Tune calls it with each result; it keeps each trial's reported series (``step`` and the keys of
-    :class:`TuneReportCallback`) and stops a trial when ``stopper.should_stop`` says so.
+    :class:`TuneReportCallback`) and stops a trial when the policy's ``should_stop`` says so.
 
     Args:
-        stopper: the decision (default :class:`CapabilityStopper()`).
+        policy: the decision (default :class:`~capgeo_callbacks.rules.stopping.StoppingPolicy()`).
     """
 
-    def __init__(self, stopper: CapabilityStopper | None = None) -> None:
-        self.stopper = stopper or CapabilityStopper()
+    def __init__(self, policy: StoppingPolicy | None = None) -> None:
+        self.policy = policy or StoppingPolicy()
         self.history: dict[str, list[Mapping[str, Any]]] = {}
         self.reasons: dict[str, str] = {}
 
@@ -86,7 +89,7 @@ class TuneCapabilityStopper:
         self.history.setdefault(trial_id, []).append(dict(result))
         if "val/acc" not in result:
             return False
-        stop, reason = self.stopper.should_stop(self.view(trial_id))
+        stop, reason = self.policy.should_stop(self.view(trial_id))
         if stop:
             self.reasons[trial_id] = reason
         return stop
@@ -96,12 +99,13 @@ class TuneCapabilityStopper:
 
 
 class OptunaCapabilityPruner(CapabilityStopper):
-    """Prune an Optuna trial whose capability will not arrive within its budget (module docstring).
+    """Prune an Optuna trial whose capability will not arrive within its budget (module docstring): the
+    :class:`CapabilityStopper` adapter of the policy, raising ``optuna.TrialPruned`` where it would stop the fit.
 
     Args:
         trial: the ``optuna.trial.Trial`` of this run.
         monitor: the value reported to Optuna at each evaluation (its intermediate values).
-        **settings: the :class:`CapabilityStopper`'s.
+        **settings: the :class:`CapabilityStopper`'s (its policy's settings, or ``policy=``).
     """
 
     def __init__(self, trial: Any, monitor: str = "val/acc", **settings: Any) -> None:

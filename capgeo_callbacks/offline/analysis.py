@@ -20,10 +20,17 @@ from typing import Any
 from capgeo_callbacks.capture.layers import DEFAULT_LAYERS
 from capgeo_callbacks.capture.measuring import Measured
 from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, SELECTORS, Selector, selector_name, validate_selector
+from capgeo_callbacks.capture.unit import HiddenStateUnit, ProbeUnit, RankMeUnit
 from capgeo_callbacks.detection import DetectionSettings
-from capgeo_callbacks.integrations.hf_models import HF_NOTE, load_hf, measure_hf
+from capgeo_callbacks.integrations.hf_models import HF_NOTE, load_hf, probe_pass, scores_answers
 from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, VAL_ACC
-from capgeo_callbacks.offline.measure_lightning import RowSpec, load_module, measure_lightning, resolve_module_class
+from capgeo_callbacks.offline.measure_lightning import (
+    RowSpec,
+    hidden_state_monitors,
+    load_module,
+    measure_lightning,
+    resolve_module_class,
+)
 from capgeo_callbacks.offline.probe_sets import ProbeSet, build_probe_set
 from capgeo_callbacks.offline.recorded import RecordedSetup, read_record
 from capgeo_callbacks.offline.revisions import (
@@ -159,11 +166,11 @@ def analyze(
         probe_now = probe_spec if probe_spec is not None and evaluation % every == 0 else None
         if kind == "lightning":
             module = load_module(cls, revision.path, module_kwargs, allow_pickle)
-            return measure_lightning(module, probe, layers=watch, rankme=RowSpec(chosen, rows_per_layer, eps),
-                                     probes=probe_now, device=device, mask_key=mask,
-                                     target_key=(record.probes and record.probes.target_key) or "targets", warn=warn)
-        return measure_hf(model, probe.loader, probe.keys, layers=watch, selector=chosen, num_rows=rows_per_layer,
-                          probes=probe_now is not None, device=device, mask_key=mask, warn=warn)
+            monitors = hidden_state_monitors(watch, RowSpec(chosen, rows_per_layer, eps), probe_now, mask_key=mask,
+                                             target_key=(record.probes and record.probes.target_key) or "targets",
+                                             warn=warn)
+            return measure_lightning(module, probe, monitors, device=device)
+        return _hf_revision(model, probe, watch, chosen, rows_per_layer, probe_now is not None, device, mask, warn)
 
     results, skipped, labels = _measure_revisions(revisions, measure, live_steps, device=device, dtype=dtype,
                                                   drop_duplicates=drop_duplicates, allow_pickle=allow_pickle)
@@ -174,7 +181,7 @@ def analyze(
              f"{digest[:12]}...): their RankMe is the same by construction, so a flat stretch there is not geometry")
     measured = _feed(session, results, labels or (list(results[0]["rankme"]) if results else []), record,
                      chosen, probe_spec)
-    monitor_name, logprob_key = session.monitor, session.tracker.logprob_key
+    monitor_name, logprob_key = session.monitor, session.keys.logprob_key
     steps = max([int(r["step"]) for r in results[-1:]] + live_steps[-1:] + [record.steps or 0])
     analysis = {
         "source": "offline", "model_kind": kind, "selector": selector_name(chosen), "num_rows": rows_per_layer,
@@ -196,6 +203,28 @@ def analyze(
                              filename=OFFLINE_SUMMARY_FILENAME if output is None else output.name, extra=extra,
                              figures=False)
     return json_safe(summary)
+
+
+def _hf_revision(model: Any, probe: ProbeSet, layers: Sequence[str] | None, selector: Selector, num_rows: int,
+                probes: bool, device: str, mask_key: str, warn: WarnOnce) -> tuple[Measured, list[str]]:
+    """A Hugging Face revision measured by the units the live callback drives, on one pass over the probe set."""
+    score = scores_answers(probe.keys, mask_key)
+    if probes and not score:
+        warn("probes-hf", "probe accuracy needs targets in the probe set ('labels', or 'targets' + "
+             f"{mask_key!r}) and the 'target' or 'answer' selector; probes are left out")
+    units: list[HiddenStateUnit] = [RankMeUnit(selector, num_rows, mask_key=mask_key, warn=warn)]
+    if probes and score and num_rows >= ProbeUnit.min_rows:
+        units.append(ProbeUnit(selector, num_rows, mask_key=mask_key, warn=warn))
+    scalars, labels = probe_pass(model, probe.loader, units, layers=layers, device=device, mask_key=mask_key,
+                                 score=score, warn=warn)
+    result = Measured(rankme=dict.fromkeys(labels, math.nan), scalars=scalars,
+                      parameters=sum(p.numel() for p in model.parameters()))
+    for unit in units:
+        computed = unit.compute()
+        measured = result.rankme if isinstance(unit, RankMeUnit) else result.probe_acc
+        measured.update({tag[len(unit.prefix) + 1:]: value for tag, value in computed.values.items()})
+        result.rows.update(computed.rows)
+    return result, labels
 
 
 def _session(record: RecordedSetup, kind: str, monitor: str | None, settings: DetectionSettings | None,
@@ -225,6 +254,10 @@ def _probe_spec(record: RecordedSetup, probes: bool | None, kind: str, selector:
         return None, 1
     probe_selector = (config and config.selector) or "answer"
     labelled = probe_selector == "target" or not probe.keys or mask in probe.keys  # "target": found in the batch
+    if kind == "lightning" and probe_selector not in ("answer", "target"):  # labels_fn is code: not recorded
+        warn("probes", f"the live probe monitor took its labels from labels_fn with selector {probe_selector!r}, which "
+             "offline analysis cannot rebuild; probes are skipped")
+        return None, 1
     if kind == "hf" and selector not in ("answer", "target") or not labelled:
         warn("probes", f"probe accuracy needs labels: the live monitor's 'target' rows, or the answer tokens "
              f"({mask!r} in the probe set" + (" and the 'answer' selector" if kind == "hf" else "") + "); probes are "

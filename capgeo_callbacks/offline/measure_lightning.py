@@ -1,10 +1,10 @@
-"""Measuring a LightningModule checkpoint: validate it on the probe set, capturing the watched layers' rows.
+"""Measuring a LightningModule checkpoint: validate it on the probe set with the live run's hidden-state monitors.
 
 The module is loaded with ``load_from_checkpoint`` and validated by a Lightning ``Trainer``, so its own
-``validation_step`` logs what it logged live (``val/acc``, ``val/token_acc``, ``val/logprob``, ...). Meanwhile the
-rows of each watched layer are captured as the live monitors capture them (the same
-:class:`~capgeo_callbacks.capture.hooks.HiddenStateCapture`, selectors, rows and layer names) and measured with
-the same functions (:mod:`capgeo_callbacks.capture.measuring`).
+``validation_step`` logs what it logged live (``val/acc``, ``val/token_acc``, ``val/logprob``, ...). The hidden-state
+monitors ride on that pass as they rode on the live one (:class:`~capgeo_callbacks.RankMeMonitor`,
+:class:`~capgeo_callbacks.LinearProbeMonitor`, built from the live run's configuration), each driving its measuring
+unit (:mod:`capgeo_callbacks.capture.unit`): the same layers, rows, labels and measure, by construction.
 """
 
 from __future__ import annotations
@@ -19,19 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 
-from capgeo_callbacks.capture.batches import answer_labels, target_labels
-from capgeo_callbacks.capture.hooks import HiddenStateCapture
-from capgeo_callbacks.capture.layers import resolve_layers, short_names
-from capgeo_callbacks.capture.measuring import Measured, probe_of_rows, rankme_of_rows, usable_rows
+from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
+from capgeo_callbacks.callbacks.linear_probe_monitor import LinearProbeMonitor
+from capgeo_callbacks.callbacks.rankme_monitor import RankMeMonitor
+from capgeo_callbacks.capture.measuring import Measured
 from capgeo_callbacks.capture.selectors import Selector
-from capgeo_callbacks.keys import PROBE_ACC, RANKME
 from capgeo_callbacks.offline.dotted import resolve_dotted
 from capgeo_callbacks.offline.probe_sets import ProbeSet
 from capgeo_callbacks.run.failures import WarnOnce
 
-__all__ = ["RowSpec", "load_module", "measure_lightning", "resolve_module_class"]
+__all__ = ["RowSpec", "hidden_state_monitors", "load_module", "measure_lightning", "resolve_module_class"]
 
 
 @dataclass(frozen=True)
@@ -69,27 +67,6 @@ def load_module(cls: type[pl.LightningModule], path: Path, module_kwargs: Mappin
     return cls.load_from_checkpoint(path, map_location="cpu", **kwargs)
 
 
-class _CaptureRows(pl.Callback):
-    """Attaches the captures to the watched modules for the validation pass and hands each its batch."""
-
-    def __init__(self, captures: Sequence[HiddenStateCapture], names: Sequence[str]) -> None:
-        self.captures, self.names = captures, list(names)
-
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        modules = dict(pl_module.named_modules())
-        for capture in self.captures:
-            capture.attach({name: modules[name] for name in self.names})
-
-    def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                                  batch_idx: int, dataloader_idx: int = 0) -> None:
-        for capture in self.captures:
-            capture.set_batch(batch if dataloader_idx == 0 else None)
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for capture in self.captures:
-            capture.detach()
-
-
 @contextmanager
 def _quiet_lightning() -> Iterator[None]:
     """Silence the per-Trainer banner and worker-count hint (they would repeat for every revision)."""
@@ -110,20 +87,29 @@ def _lightning_device(device: str) -> tuple[str, int | list[int]]:
     return accelerator, [int(index)] if index else 1
 
 
+def hidden_state_monitors(layers: Sequence[str], rankme: RowSpec, probes: RowSpec | None, *, mask_key: str,
+                          target_key: str, warn: WarnOnce) -> list[HiddenStateMonitor]:
+    """The live run's RankMe monitor (and, with ``probes``, its probe monitor) as configured, measuring at every
+    validation they see and reporting through ``warn``."""
+    monitors: list[HiddenStateMonitor] = [RankMeMonitor(layers, selector=rankme.selector, num_rows=rankme.num_rows,
+                                                        mask_key=mask_key, eps=rankme.setting)]
+    if probes is not None:
+        monitors.append(LinearProbeMonitor(layers, num_rows=probes.num_rows, mask_key=mask_key, target_key=target_key,
+                                           ridge=probes.setting, selector=probes.selector))
+    for monitor in monitors:
+        monitor.report_to(warn)
+    return monitors
+
+
 def measure_lightning(
     module: pl.LightningModule,
     probe: ProbeSet,
+    monitors: Sequence[HiddenStateMonitor],
     *,
-    layers: Sequence[str],
-    rankme: RowSpec,
-    probes: RowSpec | None,
     device: str,
-    mask_key: str,
-    target_key: str = "targets",
-    warn: WarnOnce,
 ) -> tuple[Measured, list[str]]:
-    """Validate ``module`` on the probe loader, measuring RankMe (and with ``probes``, the linear probes) of the
-    watched layers on the rows the live monitors would take.
+    """Validate ``module`` on the probe loader with the hidden-state ``monitors`` (fresh ones: each measures the
+    validation it sees) riding on the pass.
 
     Returns:
         The measurements (the module's logged scalars in ``scalars``) and the layer labels, in depth order.
@@ -132,21 +118,10 @@ def measure_lightning(
         ValueError: if a layer pattern matches no module, or the module's ``validation_step`` cannot read the
             probe batches.
     """
-    names = resolve_layers(module, layers)
-    tags = short_names(names)
-    rank_capture = HiddenStateCapture(rankme.selector, rankme.num_rows, mask_key, warn=warn)
-    captures = [rank_capture]
-    probe_capture = None
-    if probes is not None:
-        labels = ((lambda batch: answer_labels(batch, target_key, mask_key)) if probes.selector == "answer" else
-                  (lambda batch: target_labels(batch, mask_key)))  # the live monitor's labels
-        probe_capture = HiddenStateCapture(probes.selector, probes.num_rows, mask_key, labels_fn=labels, warn=warn)
-        captures.append(probe_capture)
     accelerator, devices = _lightning_device(device)
     with _quiet_lightning():
-        trainer = pl.Trainer(accelerator=accelerator, devices=devices, logger=False,
-                             callbacks=[_CaptureRows(captures, names)], enable_checkpointing=False,
-                             enable_progress_bar=False, enable_model_summary=False)
+        trainer = pl.Trainer(accelerator=accelerator, devices=devices, logger=False, callbacks=list(monitors),
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
         try:
             trainer.validate(module, dataloaders=probe.loader, verbose=False)
         except (KeyError, TypeError, IndexError) as err:
@@ -155,19 +130,8 @@ def measure_lightning(
                              "give what the module's validation_step reads") from err
     result = Measured(rankme={}, scalars={key: float(value) for key, value in trainer.callback_metrics.items()},
                       parameters=sum(p.numel() for p in module.parameters()))
-    rows = rank_capture.take()
-    for name in names:
-        label, (z, _) = tags[name], rows.get(name, (torch.zeros(0, 0), None))
-        if usable_rows(name, z.shape[0], 2, rankme.num_rows, warn):
-            value = rankme_of_rows(name, z[: rankme.num_rows], rankme.setting, None, warn)
-            if value is not None:
-                result.rankme[label], result.rows[f"{RANKME}{label}"] = value, int(z.shape[0])
-    if probe_capture is not None and probes is not None:
-        probed = probe_capture.take()
-        for name in names:
-            label, (z, y) = tags[name], probed.get(name, (torch.zeros(0, 0), None))
-            if y is not None and usable_rows(name, z.shape[0], 4, probes.num_rows, warn):
-                value = probe_of_rows(name, z, y, probes.setting, None, warn)
-                if value is not None:
-                    result.probe_acc[label], result.rows[f"{PROBE_ACC}{label}"] = value, int(z.shape[0])
-    return result, [tags[name] for name in names]
+    for monitor in monitors:
+        measured = {tag[len(monitor.prefix) + 1:]: points[-1][1] for tag, points in monitor.series.items() if points}
+        (result.rankme if isinstance(monitor, RankMeMonitor) else result.probe_acc).update(measured)
+        result.rows.update(monitor.rows)
+    return result, list(monitors[0].layer_tags.values()) if monitors else []

@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.keys import RANKME
+from capgeo_callbacks.keys import RANKME, layer_names
 from capgeo_callbacks.publish.text import first_warnings
-from capgeo_callbacks.run.summary import layer_names
 
 __all__ = ["figure_pixels", "plot_grid", "plot_run", "rankme_heatmap", "story_card", "story_figure"]
 

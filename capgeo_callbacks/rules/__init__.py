@@ -37,11 +37,14 @@ from capgeo_callbacks.rules.forecasters import (
     ThresholdForecaster,
 )
 from capgeo_callbacks.rules.geometry import GeometryRule, StudyRule
+from capgeo_callbacks.rules.registration import rules_from_registration
+from capgeo_callbacks.rules.stopping import StoppingPolicy
 from capgeo_callbacks.rules.survival import SurvivalForecaster
-from capgeo_callbacks.rules.trend import LastValueForecaster, LinearForecaster, TrendForecaster
+from capgeo_callbacks.rules.trend import AccuracyOnsetRule, LastValueForecaster, LinearForecaster, TrendForecaster
 
 __all__ = [
     "RULES",
+    "AccuracyOnsetRule",
     "ClockForecaster",
     "ClockRule",
     "CurveForecaster",
@@ -58,6 +61,7 @@ __all__ = [
     "Rule",
     "RuleOutput",
     "RunView",
+    "StoppingPolicy",
     "StudyRule",
     "SurvivalForecaster",
     "ThresholdForecaster",
@@ -70,6 +74,7 @@ __all__ = [
     "rule_from_record",
     "rule_output",
     "rule_record",
+    "rules_from_registration",
 ]
 
 RULES: dict[str, Callable[[], Rule]] = {
@@ -87,8 +92,10 @@ RULES: dict[str, Callable[[], Rule]] = {
     "acc-trend": TrendForecaster,
     "acc-last": LastValueForecaster,
     "acc-linear": LinearForecaster,
+    "acc-onset": AccuracyOnsetRule,
     "loss-threshold": lambda: ThresholdForecaster("loss", window=1.0),
-    # fitted on calibration runs (ClockForecaster().fit(runs), as study.forecast does); unfitted they forecast nothing
+    # fitted on calibration runs (ClockForecaster().fit(runs), as study.registrations.forecast does); unfitted they
+    # forecast nothing
     "clock": ClockForecaster,
     "ridge": RidgeForecaster,
     "ridge-geometry": lambda: RidgeForecaster(geometry=True),

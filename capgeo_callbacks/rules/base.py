@@ -29,7 +29,8 @@ import importlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from capgeo_callbacks.detection.alerts import Alert
@@ -54,14 +55,18 @@ class RunView:
         info: what is known of the run before it starts: ``task``, ``difficulty``, ``max_steps``,
             ``warmup_steps``, ``chance`` (the input-independent answer's scores), ``seed``... Any may be missing (a
             warm-up not declared is read from the ``lr`` series: :attr:`warmup_steps`).
+        settings: the run's detection settings: acquisition (:attr:`acquired_step`) is read with their threshold and
+            patience, by every rule alike.
     """
 
     steps: tuple[int, ...]
     series: Mapping[str, tuple[float, ...]]
     info: Mapping[str, Any] = field(default_factory=dict)
+    settings: DetectionSettings = DEFAULT_SETTINGS
 
     @classmethod
-    def from_points(cls, acc: Points, series: Mapping[str, Points], info: Mapping[str, Any] | None = None) -> RunView:
+    def from_points(cls, acc: Points, series: Mapping[str, Points], info: Mapping[str, Any] | None = None,
+                    settings: DetectionSettings = DEFAULT_SETTINGS) -> RunView:
         """A view from ``[[step, value], ...]`` series; the steps are the accuracy's."""
         steps = tuple(int(p[0]) for p in acc)
         aligned = {ACC: tuple(float(p[1]) for p in acc)}
@@ -69,11 +74,18 @@ class RunView:
             if tag != ACC:
                 at = {int(p[0]): float(p[1]) for p in points if p[1] is not None}
                 aligned[tag] = tuple(at.get(step, math.nan) for step in steps)
-        return cls(steps, aligned, dict(info or {}))
+        return cls(steps, aligned, dict(info or {}), settings)
+
+    @cached_property
+    def acquired_step(self) -> int | None:
+        """The acquisition step, once confirmed by the evaluations so far (``settings``' threshold held for
+        ``patience`` evaluations); None before. Computed once per view."""
+        return detect_acquisition(self.steps, self.values(ACC), self.settings.threshold, self.settings.patience)
 
     def prefix(self, end: int) -> RunView:
         """The view at the ``end``-th evaluation (the first ``end`` evaluations)."""
-        return RunView(self.steps[:end], {tag: values[:end] for tag, values in self.series.items()}, self.info)
+        return RunView(self.steps[:end], {tag: values[:end] for tag, values in self.series.items()}, self.info,
+                       self.settings)
 
     @property
     def step(self) -> int:
@@ -216,27 +228,26 @@ class Rule(ABC):
         return f"{type(self).__name__}({self.settings()})"
 
 
-def rule_output(rule: Rule, run: RunView, raised: Sequence[Alert],
-                settings: DetectionSettings = DEFAULT_SETTINGS) -> RuleOutput:
+def rule_output(rule: Rule, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
     """What ``rule`` says at the latest evaluation of ``run``, as a run records it: its alerts, and its forecast
-    only while acquisition is not confirmed (``settings``' threshold and patience), moved ahead of the step it is
-    made at (:meth:`Forecast.ahead`). The live tracker, :func:`replay` and the scorer all ask a rule through here."""
+    only while acquisition is not confirmed (:attr:`RunView.acquired_step`), moved ahead of the step it is made at
+    (:meth:`Forecast.ahead`). The live tracker, :func:`replay` and the scorer all ask a rule through here."""
     output = rule.update(run, raised)
     forecast = output.forecast
     if forecast is not None:
-        acquired = detect_acquisition(run.steps, run.values(ACC), settings.threshold, settings.patience)
-        forecast = None if acquired is not None else forecast.ahead()
+        forecast = None if run.acquired_step is not None else forecast.ahead()
     return RuleOutput(list(output.alerts), forecast)
 
 
 def replay(rule: Rule, run: RunView, until: int | None = None,
-           settings: DetectionSettings = DEFAULT_SETTINGS) -> tuple[list[Alert], list[Forecast]]:
+           settings: DetectionSettings | None = None) -> tuple[list[Alert], list[Forecast]]:
     """Every alert and forecast ``rule`` would have emitted live on ``run``, evaluation by evaluation
-    (up to the ``until``-th evaluation)."""
+    (up to the ``until``-th evaluation), acquisition read with ``settings`` (default: the view's)."""
+    run = run if settings is None else replace(run, settings=settings)
     alerts: list[Alert] = []
     forecasts: list[Forecast] = []
     for end in range(1, (len(run.steps) if until is None else until) + 1):
-        output = rule_output(rule, run.prefix(end), alerts, settings)
+        output = rule_output(rule, run.prefix(end), alerts)
         alerts += output.alerts
         if output.forecast is not None:
             forecasts.append(output.forecast)

@@ -42,7 +42,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from capgeo_callbacks.detection.alerts import Alert
-from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.labels import Chance
 from capgeo_callbacks.keys import ACC, LOGPROB, RANKME, TOKEN_ACC, VAL_LOSS
 from capgeo_callbacks.rules.base import Forecast, Needs, Rule, RuleOutput, RunView
@@ -90,7 +89,8 @@ class ForecastRule(Rule):
 
     Args:
         horizon: warn when the forecast puts acquisition within this many steps (None: never warn).
-        threshold: the acquisition accuracy (as the detection settings).
+        threshold: the acquisition accuracy the forecast extrapolates to (as the detection settings). Whether the
+            run has acquired is the view's (:attr:`~capgeo_callbacks.rules.RunView.acquired_step`).
     """
 
     name = "forecast"
@@ -114,7 +114,7 @@ class ForecastRule(Rule):
         raise NotImplementedError
 
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
-        if detect_acquisition(run.steps, run.values(ACC), self.threshold, 3) is not None:
+        if run.acquired_step is not None:
             return RuleOutput()
         found = self.forecast(run)
         if found is None:

@@ -8,26 +8,32 @@ length has, and what they would compare against (docs/design.md, "Forecasts").
 - :class:`LastValueForecaster` (``acc-last``): persistence. Acquisition now if the accuracy is at the level, else
   never.
 - :class:`LinearForecaster` (``acc-linear``): a straight line through the recent accuracy, to the level.
+
+And one warning rule on the same reading of the accuracy: :class:`AccuracyOnsetRule` (``acc-onset``) warns once the
+accuracy stands clear of its chance level, what a stopper asks of a run that records nothing else.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from capgeo_callbacks.detection.alerts import Alert
 from capgeo_callbacks.detection.labels import Chance
 from capgeo_callbacks.keys import ACC
-from capgeo_callbacks.rules.base import RunView
+from capgeo_callbacks.rules.base import Rule, RuleOutput, RunView
 from capgeo_callbacks.rules.curves import recent
 from capgeo_callbacks.rules.forecasters import ForecastRule, _crossing
 
-__all__ = ["TREND_SPREAD", "LastValueForecaster", "LinearForecaster", "TrendForecaster", "weighted_line"]
+__all__ = ["TREND_SPREAD", "AccuracyOnsetRule", "LastValueForecaster", "LinearForecaster", "TrendForecaster",
+           "accuracy_so_far", "chance_and_noise", "weighted_line"]
 
 # log(actual / predicted time to acquisition) of acc-trend's forecasts on corpus/calibration, at 25%, 50% and 75% of
 # each acquired run's time to acquisition: the 10th and 90th percentiles, rounded out to 0.1
-# (python -m study.user_forecast spread; docs/user-forecast.md)
+# (python -m study.record.user_forecast spread; docs/user-forecast.md)
 TREND_SPREAD = (-0.7, 1.4)
 
 
@@ -44,6 +50,25 @@ def weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, f
     residual = y - (intercept + slope * x)
     variance = float((w * residual**2).sum()) / (len(x) - 2) if len(x) > 2 else 0.0
     return intercept, slope, math.sqrt(variance / sxx)
+
+
+def accuracy_so_far(run: RunView) -> tuple[np.ndarray, np.ndarray]:
+    """The steps and the monitored accuracy so far, step 0 (the initialised model) and missing values left out."""
+    steps, acc = np.array(run.steps, dtype=float), np.array(run.values(ACC), dtype=float)
+    keep = np.isfinite(acc) & (steps > 0)
+    return steps[keep], acc[keep]
+
+
+def chance_and_noise(run: RunView, early: np.ndarray, chance: float | None, floor: float) -> tuple[float, float]:
+    """The accuracy of an answer that ignores the input (``chance`` if given, else the run's chance record's exact
+    match, else the median of ``early``, the accuracy over the first half of the steps so far) and its noise: 1.4826 x
+    the median absolute deviation of ``early`` from it, at least ``floor``."""
+    if chance is not None:
+        level = float(chance)
+    else:
+        record = run.info.get("chance")
+        level = Chance.from_dict(record).exact if isinstance(record, dict) and record else float(np.median(early))
+    return level, max(1.4826 * float(np.median(np.abs(early - level))), floor)
 
 
 def _exp(value: float) -> float:
@@ -104,24 +129,16 @@ class TrendForecaster(ForecastRule):
 
     def chance_of(self, run: RunView, early: np.ndarray) -> float:
         """The chance accuracy: given, recorded, or the median of ``early`` (the first half's accuracy)."""
-        if self.chance is not None:
-            return float(self.chance)
-        record = run.info.get("chance")
-        if isinstance(record, dict) and record:
-            return Chance.from_dict(record).exact
-        return float(np.median(early))
+        return chance_and_noise(run, early, self.chance, self.floor)[0]
 
     def forecast(self, run: RunView) -> tuple[float, float, float] | None:
-        steps, acc = np.array(run.steps, dtype=float), np.array(run.values(ACC), dtype=float)
-        keep = np.isfinite(acc) & (steps > 0)
-        steps, acc = steps[keep], acc[keep]
+        steps, acc = accuracy_so_far(run)
         if len(acc) < self.plateau + 4:
             return None
         early = acc[steps <= steps[-1] / 2]
         if len(early) < 3:
             return None
-        chance = self.chance_of(run, early)
-        sigma = max(1.4826 * float(np.median(np.abs(early - chance))), self.floor)
+        chance, sigma = chance_and_noise(run, early, self.chance, self.floor)
         if chance + self.units * sigma >= self.threshold:
             return None  # chance too close to the level to tell a rise from noise
         if acc[-3:].mean() < chance + self.units * sigma or acc[-1] < chance + 2 * sigma:
@@ -188,3 +205,41 @@ class LinearForecaster(ForecastRule):
     def forecast(self, run: RunView) -> tuple[float, float, float] | None:
         x, y = recent(run, ACC, self.window, 0)
         return _crossing(x, -y, -self.threshold, float(run.step))  # rising accuracy = falling -accuracy
+
+
+class AccuracyOnsetRule(Rule):
+    """Warns once the monitored accuracy stands clear of its chance level: the mean of the last three evaluations
+    ``units`` noise units above it and the last one 2 (chance and noise as :class:`TrendForecaster` reads them: the
+    chance given, the run's chance record, or the median accuracy over the first half of the steps so far). The
+    learning onset of a run that records nothing but its accuracy.
+
+    Args:
+        chance: the accuracy of an answer that ignores the input, if known (None: recorded, else estimated).
+        units: how many noise units above chance the recent accuracy must stand.
+        floor: the smallest noise, in accuracy.
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+
+    name = "acc-onset"
+
+    def __init__(self, chance: float | None = None, units: float = 3.0, floor: float = 0.01) -> None:
+        if units <= 0 or floor <= 0 or (chance is not None and not 0 <= chance < 1):
+            raise ValueError(f"need units > 0, floor > 0 and chance in [0, 1) or None; got units={units}, "
+                             f"floor={floor}, chance={chance}")
+        self.chance, self.units, self.floor = chance, float(units), float(floor)
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        steps, acc = accuracy_so_far(run)
+        early = acc[steps <= steps[-1] / 2] if len(acc) else acc
+        if raised or len(acc) < 3 or len(early) < 3:
+            return RuleOutput()
+        chance, sigma = chance_and_noise(run, early, self.chance, self.floor)
+        if acc[-3:].mean() < chance + self.units * sigma or acc[-1] < chance + 2 * sigma:
+            return RuleOutput()
+        return RuleOutput(alerts=[self.alert(run, f"the accuracy left its chance level {chance:.3f} "
+                                                  f"({acc[-3:].mean():.3f} over the last three evaluations)")])
+
+    def settings(self) -> dict[str, Any]:
+        return {"chance": self.chance, "units": self.units, "floor": self.floor}

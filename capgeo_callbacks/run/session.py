@@ -18,7 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from capgeo_callbacks.keys import (
     TOKEN_ACC,
     VAL_ACC,
     VAL_LOSS,
+    RunKeys,
     by_layer,
     how_to_record,
     key_words,
@@ -46,6 +47,7 @@ from capgeo_callbacks.rules.base import Rule, rule_from_record, rule_record
 from capgeo_callbacks.run.failures import WarnOnce, check_callable
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME, json_safe, write_summary
 from capgeo_callbacks.run.tracker import RunTracker, TrackerUpdate, record_of
+from capgeo_callbacks.run.view import SessionView
 
 __all__ = ["EARLY_SHARE", "STORY_FILENAME", "Measurements", "RunSession"]
 
@@ -104,18 +106,11 @@ class RunSession:
                  rankme_prefix: str = RANKME, on_alert: Callable[[Alert], Any] | None = None,
                  live_figures: bool = False, warn: WarnOnce | None = None, loss_key: str | None = VAL_LOSS,
                  rules_chosen: bool = True) -> None:
-        if not isinstance(monitor, str) or not monitor:
-            raise ValueError(f"monitor must be a metric key (a non-empty string), got {monitor!r}")
-        for name, key in (("logprob_key", logprob_key), ("token_acc_key", token_acc_key), ("loss_key", loss_key)):
-            if key is not None and (not isinstance(key, str) or not key):
-                raise ValueError(f"{name} must be a metric key or None, got {key!r}")
-        if not isinstance(rankme_prefix, str) or not rankme_prefix.endswith("/") or len(rankme_prefix) < 2:
-            raise ValueError(f"rankme_prefix must be a tag prefix ending in '/', got {rankme_prefix!r}")
+        keys = RunKeys(monitor, logprob_key, token_acc_key, rankme_prefix, loss_key)  # raises on a bad name
         check_callable("on_alert", on_alert, "alert -> None")
         if not isinstance(live_figures, bool):
             raise ValueError(f"live_figures must be True or False, got {live_figures!r}")
-        self.tracker = RunTracker(rules, settings, run_info, monitor, logprob_key, token_acc_key, rankme_prefix,
-                                  loss_key)
+        self.tracker = RunTracker(rules, settings, run_info, keys)
         self.on_alert = on_alert
         self.live_figures = live_figures
         self.warn = warn if warn is not None else WarnOnce("capgeo")
@@ -128,6 +123,16 @@ class RunSession:
 
     # the record, read through
     @property
+    def view(self) -> SessionView:
+        """The run at its latest evaluation: what a progress bar, a stopper or a tuner reads (built once per
+        evaluation)."""
+        return self.tracker.latest
+
+    @property
+    def keys(self) -> RunKeys:
+        return self.tracker.keys
+
+    @property
     def settings(self) -> DetectionSettings:
         return self.tracker.settings
 
@@ -137,12 +142,17 @@ class RunSession:
 
     @property
     def monitor(self) -> str:
-        return self.tracker.monitor
+        return self.tracker.keys.monitor
 
     @property
     def acc(self) -> list[list[float]]:
         """``[[step, accuracy], ...]`` at every evaluation so far."""
         return self.tracker.acc
+
+    @property
+    def scalars(self) -> dict[str, list[list[float]]]:
+        """Every other recorded scalar, by tag, as ``[[step, value], ...]``."""
+        return self.tracker.scalars
 
     @property
     def alerts(self) -> list[Alert]:
@@ -151,7 +161,7 @@ class RunSession:
 
     @property
     def acquired_step(self) -> int | None:
-        return self.tracker.acquired_step
+        return self.view.acquired_step
 
     def add_run_info(self, fields: Mapping[str, Any]) -> None:
         """Add to what the summary records of the run (what it cost, where it ran), before it is written."""
@@ -161,9 +171,10 @@ class RunSession:
         """Publish the dashboard's layout once per run (RankMe of ``rankme_tags`` beside accuracy)."""
         if self.is_zero and not self.layout_published:
             self.layout_published = True
-            publisher.layout(custom_scalars_layout([t for t in rankme_tags if t.startswith(self.tracker.rankme_prefix)],
-                                                   self.monitor, self.tracker.logprob_key, early_share=EARLY_SHARE,
-                                                   loss_tag=self.tracker.loss_key))
+            keys = self.keys
+            publisher.layout(custom_scalars_layout([t for t in rankme_tags if t.startswith(keys.rankme_prefix)],
+                                                   keys.monitor, keys.logprob_key, early_share=EARLY_SHARE,
+                                                   loss_tag=keys.loss_key))
 
     def evaluate(self, step: int, acc: float, scalars: Mapping[str, float] | None = None,
                  measured: Measurements | None = None, publisher: Publisher | None = None, *,
@@ -189,12 +200,19 @@ class RunSession:
         shown.update({f"{PROBABILITY}{f.rule}": float(f.probability) for f in update.forecasts
                       if f.probability is not None})
         early_end = EARLY_SHARE * max_steps if max_steps and max_steps > 0 else None
-        shown.update(dashboard_scalars(by_layer(measured.series, self.tracker.rankme_prefix), step, early_end,
+        shown.update(dashboard_scalars(by_layer(measured.series, self.keys.rankme_prefix), step, early_end,
                                        sum(alert.kind == "run" for alert in self.alerts)))
         publisher.scalars(shown, step)
         if self.live_figures and self.story_changed(update):
             self.publish_figures(publisher, self.build_summary(measured), step, None, heatmap=False)
         return update
+
+    def restore(self, step: int, acc: float, scalars: Mapping[str, float] | None = None,
+                measured: Measurements | None = None) -> None:
+        """Record one evaluation of a resumed run again, from what the run logged before, announcing nothing (its
+        alerts were announced when they were raised)."""
+        self.tracker.update(step, acc, scalars, (measured or Measurements()).series)
+        self._acquired = self.acquired_step is not None
 
     def story_changed(self, update: TrackerUpdate) -> bool:
         """Whether the evaluation ``update`` reports is a point of the run's story: a rule's first run alert, or
@@ -257,7 +275,7 @@ class RunSession:
         publisher.image("capgeo/story", figure_pixels(story_card(summary)), step)
         if heatmap:
             collapse = {name: info["collapse_step"] for name, info in summary["layers"].items()}
-            image = rankme_heatmap(by_layer(summary["series"], self.tracker.rankme_prefix),
+            image = rankme_heatmap(by_layer(summary["series"], self.keys.rankme_prefix),
                                    summary["acquisition_step"], collapse)
             publisher.image("capgeo/rankme_heatmap", image, step)
         if directory is not None:
@@ -269,15 +287,13 @@ class RunSession:
         tracker = self.tracker
         return {"record": tracker.state_dict(), "rules": [rule_record(rule) for rule in tracker.rules],
                 "settings": tracker.settings.to_dict(), "run_info": plain(tracker.run_info),
-                "keys": {"monitor": tracker.monitor, "logprob_key": tracker.logprob_key,
-                         "token_acc_key": tracker.token_acc_key, "rankme_prefix": tracker.rankme_prefix,
-                         "loss_key": tracker.loss_key},
+                "keys": asdict(tracker.keys),
                 "layout_published": self.layout_published}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the record (the configuration is the one this session was built with), from this layout or an
         earlier one (:func:`~capgeo_callbacks.run.tracker.record_of`)."""
-        self.tracker.load_state_dict(record_of(state, self.tracker.logprob_key))
+        self.tracker.load_state_dict(record_of(state, self.keys.logprob_key))
         self._acquired = self.acquired_step is not None
         self.layout_published = bool(state.get("layout_published", state.get("layout_written", False)))
 

@@ -26,7 +26,6 @@ __all__ = [
     "SUMMARY_FILENAME",
     "build_summary",
     "json_safe",
-    "layer_names",
     "read_summary",
     "run_info_of",
     "write_summary",
@@ -101,13 +100,6 @@ def build_summary(
         "alerts": [{"message": alert.message(monitor), **asdict(alert)} for alert in alerts],
         "series": all_series,
     }
-
-
-def layer_names(summary: Mapping[str, Any]) -> list[str]:
-    """The watched layers in watch order (shallowest first: the detector's depth order), from the summary."""
-    names = list(summary.get("layers", {}) or {})
-    names += [layer for layer in by_layer(summary.get("series", {}) or {}) if layer not in names]
-    return names
 
 
 def write_summary(summary: Mapping[str, Any], directory: str | Path, filename: str = SUMMARY_FILENAME) -> Path:

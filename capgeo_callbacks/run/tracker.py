@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from capgeo_callbacks.detection.alerts import Alert, alert_from_record
-from capgeo_callbacks.detection.events import detect_acquisition
-from capgeo_callbacks.detection.series import Points, as_float, as_step, split_points
+from capgeo_callbacks.detection.series import Points, as_float, as_step
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.keys import LOGPROB, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
+from capgeo_callbacks.keys import LOGPROB, TOKEN_ACC, RunKeys
 from capgeo_callbacks.rules.base import Forecast, Rule, RunView, rule_output
 from capgeo_callbacks.rules.geometry import StudyRule
 from capgeo_callbacks.run.summary import build_summary
+from capgeo_callbacks.run.view import SessionView
 
 __all__ = ["RunTracker", "TrackerUpdate", "forecast_from_record", "forecast_record", "record_of"]
 
@@ -46,12 +46,9 @@ class RunTracker:
         settings: detection settings (acquisition, labels, collapse; the study rule's).
         run_info: what is known of the run before it starts (task, budget, warm-up, chance...): stored at the top
             of the summary and shown to the rules as run facts.
-        monitor: the accuracy's logged name (the summary's ``monitor``; its series is ``acc``).
-        logprob_key: the answer log-prob's name among the scalars (log-prob emergence), recorded as ``val/logprob``.
-        token_acc_key: the per-token accuracy's name among the scalars (chance label), recorded as
-            ``val/token_acc``.
-        rankme_prefix: tag prefix of the RankMe series.
-        loss_key: the validation loss's name among the scalars, recorded as ``val/loss``.
+        keys: the names of what the run records (:class:`~capgeo_callbacks.keys.RunKeys`: the accuracy's logged name,
+            the summary's ``monitor``, whose series is ``acc``; the user's names of the log-prob, per-token accuracy
+            and loss, recorded as ``val/logprob``, ``val/token_acc`` and ``val/loss``; RankMe's tag prefix).
 
     Example::
 
@@ -64,15 +61,14 @@ class RunTracker:
     """
 
     def __init__(self, rules: Sequence[Rule] | None = None, settings: DetectionSettings | None = None,
-                 run_info: Mapping[str, Any] | None = None, monitor: str = VAL_ACC,
-                 logprob_key: str | None = LOGPROB, token_acc_key: str | None = TOKEN_ACC,
-                 rankme_prefix: str = RANKME, loss_key: str | None = VAL_LOSS) -> None:
+                 run_info: Mapping[str, Any] | None = None, keys: RunKeys | None = None) -> None:
         if settings is not None and not isinstance(settings, DetectionSettings):
             raise ValueError(f"settings must be a DetectionSettings, got {type(settings).__name__}")
         if run_info is not None and not isinstance(run_info, Mapping):
             raise ValueError(f"run_info must be a mapping of summary fields, got {type(run_info).__name__}")
         self.settings = settings if settings is not None else DetectionSettings()
-        self.rules = list(rules) if rules is not None else [StudyRule(self.settings, rankme_prefix)]
+        self.keys = keys if keys is not None else RunKeys()
+        self.rules = list(rules) if rules is not None else [StudyRule(self.settings, self.keys.rankme_prefix)]
         bad = [rule for rule in self.rules if not isinstance(rule, Rule)]
         if bad:
             raise ValueError(f"rules must be capgeo_callbacks.rules.Rule objects, got {bad!r}")
@@ -80,31 +76,20 @@ class RunTracker:
         if len(set(names)) != len(names):
             raise ValueError(f"rule names must be unique, got {names}")
         self.run_info = dict(run_info or {})
-        self.monitor, self.logprob_key, self.token_acc_key = monitor, logprob_key, token_acc_key
-        self.loss_key = loss_key
-        # the user's names of the quantities the rules read -> the names rules and summaries know them by
-        self.renamed = {user: canonical for user, canonical in ((logprob_key, LOGPROB), (token_acc_key, TOKEN_ACC),
-                                                                 (loss_key, VAL_LOSS)) if user and user != canonical}
-        self.rankme_prefix = rankme_prefix
         self.acc: list[list[float]] = []  # [[step, accuracy], ...]: the run's evaluation steps
         self.scalars: dict[str, list[list[float]]] = {}  # every other recorded scalar, by tag
         self.alerts: list[Alert] = []  # every rule's, in the order raised
         self.forecasts: dict[str, list[Forecast]] = {}  # by rule
         self.left_out: dict[str, list[str]] = {}  # rule -> the keys it lacked at the first evaluation
+        self.latest = SessionView.empty(self.keys, self.settings, self.run_info)  # rebuilt at every evaluation
 
     @property
     def steps(self) -> list[int]:
         return [int(point[0]) for point in self.acc]
 
-    @property
-    def acquired_step(self) -> int | None:
-        """The acquisition step, once confirmed; None before."""
-        steps, accs = split_points(self.acc)
-        return detect_acquisition(steps, accs, self.settings.threshold, self.settings.patience)
-
     def view(self, measured: Mapping[str, Points] | None = None) -> RunView:
         """The run so far as the rules see it."""
-        return RunView.from_points(self.acc, {**(measured or {}), **self.scalars}, self.run_info)
+        return RunView.from_points(self.acc, {**(measured or {}), **self.scalars}, self.run_info, self.settings)
 
     def update(self, step: int, acc: float, scalars: Mapping[str, float] | None = None,
                measured: Mapping[str, Points] | None = None) -> TrackerUpdate:
@@ -116,9 +101,9 @@ class RunTracker:
             return TrackerUpdate()
         first = not self.acc
         self.acc.append([step, value])
-        given = scalars or {}
-        named = {tag: value for tag, value in given.items() if tag not in self.renamed}
-        named.update({self.renamed[tag]: value for tag, value in given.items() if tag in self.renamed})  # theirs win
+        given, renamed = scalars or {}, self.keys.renamed
+        named = {tag: value for tag, value in given.items() if tag not in renamed}
+        named.update({renamed[tag]: value for tag, value in given.items() if tag in renamed})  # theirs win
         for tag, scalar in named.items():
             scalar = as_float(tag, scalar)
             if math.isfinite(scalar):
@@ -132,13 +117,14 @@ class RunTracker:
         for rule in self.rules:
             if rule.name in self.left_out:
                 continue
-            output = rule_output(rule, view, [alert for alert in self.alerts if alert.rule == rule.name],
-                                 self.settings)
+            output = rule_output(rule, view, [alert for alert in self.alerts if alert.rule == rule.name])
             self.alerts += output.alerts
             update.alerts.extend(output.alerts)
             if output.forecast is not None:
                 self.forecasts.setdefault(rule.name, []).append(output.forecast)
                 update.forecasts.append(output.forecast)
+        self.latest = SessionView(view, self.keys, tuple(self.alerts), {f.rule: f for f in update.forecasts},
+                                  {name: tuple(missing) for name, missing in self.left_out.items()})
         return update
 
     def summary(self, measured: Mapping[str, Points] | None = None, *, steps: int | None = None,
@@ -146,10 +132,11 @@ class RunTracker:
                 selectors: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The run summary (:func:`~capgeo_callbacks.run.summary.build_summary`) with the rules, those left out,
         their alerts and their forecasts."""
+        keys = self.keys
         summary = build_summary(
             acc=self.acc, series={**(measured or {}), **self.scalars}, settings=self.settings, alerts=self.alerts,
-            monitor=self.monitor, rankme_prefix=self.rankme_prefix, logprob_key=LOGPROB if self.logprob_key else None,
-            token_acc_key=TOKEN_ACC if self.token_acc_key else None, run_info=self.run_info, steps=steps,
+            monitor=keys.monitor, rankme_prefix=keys.rankme_prefix, logprob_key=LOGPROB if keys.logprob_key else None,
+            token_acc_key=TOKEN_ACC if keys.token_acc_key else None, run_info=self.run_info, steps=steps,
             parameters=parameters, rows=rows, selectors=selectors)
         summary["rules"] = {rule.name: rule.settings() for rule in self.rules}
         if self.left_out:
@@ -172,6 +159,11 @@ class RunTracker:
                                  if record.get("predicted") is not None or record.get("beyond")]
                           for name, made in state.get("forecasts", {}).items()}
         self.left_out = {name: list(missing) for name, missing in state.get("left_out", {}).items()}
+        latest = self.view()  # the measures' series are their owners': they join at the next evaluation
+        self.latest = SessionView(latest, self.keys, tuple(self.alerts),
+                                  {name: made[-1] for name, made in self.forecasts.items()
+                                   if made and latest.steps and made[-1].step == latest.steps[-1]},
+                                  left_out={name: tuple(missing) for name, missing in self.left_out.items()})
 
 
 def forecast_record(forecast: Forecast) -> dict[str, Any]:

@@ -5,7 +5,7 @@ r"""What a warning or a forecast is worth, on any folder of runs
                                        [--calibration FOLDER]
 
 Every run in RUNS is scored, whatever its seed: which runs a study may report (its held-out policy) is the
-study's to decide before it hands them over (capgeo's own: ``study.heldout``).
+study's to decide before it hands them over (capgeo's own: ``study.phases.heldout``).
 
 Every rule is replayed on each run's summary evaluation by evaluation, asked through
 :func:`~capgeo_callbacks.rules.rule_output` exactly as it is asked live, on the same clock from step 0. A run's

@@ -44,7 +44,7 @@ from capgeo_callbacks import (
     WeightNormMonitor,
 )
 from capgeo_callbacks.rules import default_rules
-from examples.own_model import Decoder
+from examples.decoder import Decoder
 
 OPERATIONS = {"add": lambda a, b, p: (a + b) % p, "sub": lambda a, b, p: (a - b) % p}
 IGNORE = -100  # F.cross_entropy's ignore_index: positions with no target

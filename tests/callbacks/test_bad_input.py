@@ -241,5 +241,5 @@ def test_an_exception_mid_validation_leaves_no_hook_and_no_rows(tmp_path: Path) 
     assert all(not module._forward_hooks for module in model.modules())
     for monitor in (rankme, probes):
         # the hooks are gone and the rows captured before the failure are freed
-        assert not monitor.capture.is_attached and monitor.capture.take() == {}
+        assert not monitor.unit.is_attached and monitor.unit.capture.take() == {}
     assert [s for s, _ in rankme.series["rankme/layers.1"]] == [8]  # what was measured before is kept

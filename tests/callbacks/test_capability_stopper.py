@@ -1,5 +1,7 @@
-"""CapabilityStopper: its one decision on known series, the same decision through the Tune stopper on a recorded run,
-and real runs: a shuffled-answer run is stopped (as an Optuna pruner) and a learnable one reaches its stop step."""
+"""CapabilityStopper, the Lightning adapter of the stopping policy: its one decision on known series, the same decision
+through the Tune stopper on a recorded run, and real runs: a shuffled-answer run is stopped (as an Optuna pruner) and a
+learnable one reaches its stop step; on a user's run that logs only val/acc and val/loss, a late learner is not
+stopped and a shuffled-label run is."""
 
 from __future__ import annotations
 
@@ -8,12 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from lightning.pytorch import Trainer, seed_everything
+from torch.utils.data import DataLoader, TensorDataset
 
-from capgeo_callbacks.callbacks.capability_stopper import CapabilityStopper, replay_stop
+from capgeo_callbacks import EvaluationSchedule, PrecursorDetector
+from capgeo_callbacks.callbacks.capability_stopper import CapabilityStopper
 from capgeo_callbacks.detection import Chance
 from capgeo_callbacks.integrations.tuning import TuneCapabilityStopper
-from capgeo_callbacks.rules import ClockForecaster, RunView
+from capgeo_callbacks.rules import ClockForecaster, RunView, StoppingPolicy, default_rules
 from capgeo_callbacks.scoring import load_runs
+from tests.examples.helpers import load_example
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 CHANCE = Chance(exact=0.01, token_acc=0.1, logprob=-2.3, logprob_sd=0.5, tokens=4096, questions=512).to_dict()
@@ -62,7 +69,8 @@ def test_a_forecast_beyond_the_budget_stops_after_patience_evaluations() -> None
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"decide_from": 1.5}, "decide_from must be a share of the budget"),
     ({"reach": 0}, "reach must be > 0"),
-    ({"patience": 0}, "patience and acquisition_patience must be at least 1"),
+    ({"patience": 0}, "patience must be at least 1"),
+    ({"plateau_by": -0.1}, "plateau_by must be a share of the budget"),
     ({"forecaster": "token_acc"}, "forecaster must be a capgeo_callbacks.rules.Rule"),
     ({"budget": 0}, "budget must be at least 1 step"),
 ])
@@ -74,9 +82,9 @@ def test_bad_settings_are_clear_errors(kwargs: dict[str, Any], message: str) -> 
 def test_the_tune_stopper_decides_as_the_callback_on_a_recorded_run() -> None:
     [run] = [r for r in load_runs(CORPUS / "heldout") if r.name.endswith("add-hard-xs-s100.json.gz")]
     stopper = CapabilityStopper()
-    step, reason = replay_stop(stopper, run.view)
+    step, reason = stopper.policy.replay(run.view)
     assert step is not None and step < run.view.max_steps and run.acquisition is None
-    tune_stopper = TuneCapabilityStopper(stopper)
+    tune_stopper = TuneCapabilityStopper(stopper.policy)
     info = {key: run.view.info[key] for key in ("max_steps", "warmup_steps", "chance", "task", "difficulty")}
     stopped_at = None
     for i, at in enumerate(run.view.steps):  # the results TuneReportCallback reports, one per evaluation
@@ -113,3 +121,47 @@ def test_a_shuffled_run_is_pruned_and_a_learnable_one_reaches_its_stop_step(tmp_
     learned = run("learnable", callbacks=[stopper])
     assert learned["steps"] == 200 and learned["acquisition_step"] is not None
     assert stopper.stopped_step is None and stopper.stopped_reason is None
+
+
+def test_the_policy_s_settings_are_its_rules_records_and_round_trip() -> None:
+    policy = StoppingPolicy(patience=4, plateau_by=0.6).without(forecast=True)
+    settings = policy.settings()
+    assert settings["forecaster"] is None and settings["onset_rule"]["class"].endswith("baselines.LossOnsetRule")
+    assert StoppingPolicy.from_settings(settings).settings() == settings
+    assert CapabilityStopper(policy=policy).settings() == settings  # the callback holds nothing of its own
+    with pytest.raises(ValueError, match="unknown stopping settings \\['threshold'\\]"):
+        StoppingPolicy.from_settings({"threshold": 0.5})
+
+
+def user_run(root: Path, shuffled: bool, max_steps: int = 600) -> tuple[CapabilityStopper, PrecursorDetector]:
+    """examples/own_model.py's model and task, as a user runs them: logging val/acc and val/loss only, no chance
+    level, no warm-up told; with ``shuffled``, the training answers permuted (nothing to learn)."""
+    example = load_example("own_model")
+    seed_everything(0, verbose=False)
+    train, val = example.data(0)
+    if shuffled:
+        inputs, targets = train.dataset.tensors
+        targets = targets.clone()
+        targets[:, -1] = targets[torch.randperm(len(targets), generator=torch.Generator().manual_seed(0)), -1]
+        train = DataLoader(TensorDataset(inputs, targets), batch_size=64, shuffle=True)
+    stopper, detector = CapabilityStopper(), PrecursorDetector(monitor="val/acc", rules=default_rules())
+    trainer = Trainer(max_steps=max_steps, default_root_dir=root, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False,
+                      callbacks=[EvaluationSchedule(points=64), detector, stopper])
+    trainer.fit(example.TinyLM(), train, val)
+    return stopper, detector
+
+
+@pytest.mark.slow
+def test_on_a_run_logging_only_accuracy_and_loss_a_late_learner_goes_on_and_shuffled_labels_stop(
+        tmp_path: Path) -> None:
+    late, detector = user_run(tmp_path / "late", shuffled=False)
+    chance_for = [step for step, acc in detector.acc if acc < 0.1]  # 1/23 is chance
+    assert chance_for[-1] >= 150, "the learner sits at chance for its first quarter"
+    assert late.stopped_step is None and detector.acquired_step is not None
+    assert detector.session.summary.get("stopped") is None
+
+    shuffled, detector = user_run(tmp_path / "shuffled", shuffled=True)
+    assert shuffled.stopped_step is not None and 300 <= shuffled.stopped_step < 600
+    assert shuffled.stopped_reason.startswith("no learning onset (acc-onset)")
+    assert detector.session.summary["stopped"]["reason"] == shuffled.stopped_reason

@@ -105,7 +105,7 @@ def test_the_default_callbacks_read_nothing_on_the_host_in_a_training_step(tmp_p
     callbacks = [*build_measure_callbacks(default_measures(), {"probes": {"every_n_evals": 1}}), detector,
                  EvaluationSchedule(steps=SCHEDULE)]
     assert train_watching(callbacks, callbacks, tmp_path) == []
-    assert [int(step) for step, _ in detector.tracker.scalars["train/loss"]] == SCHEDULE[1:]  # every interval's loss
+    assert [int(step) for step, _ in detector.scalars["train/loss"]] == SCHEDULE[1:]  # every interval's loss
     assert {tag.split("/")[0] for tag in detector.summary["series"]} >= {"rankme", "probe_acc"}
 
 

@@ -18,7 +18,6 @@ pytest.importorskip("accelerate")  # transformers.Trainer needs it
 
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
 
-from capgeo_callbacks.capture.measuring import Measured  # noqa: E402
 from capgeo_callbacks.detection import DetectionSettings  # noqa: E402
 from capgeo_callbacks.integrations.hf import ACC_KEY, CapgeoTrainerCallback  # noqa: E402
 from tests.callbacks.conftest import reference_rankme  # noqa: E402
@@ -140,7 +139,7 @@ def test_hugging_face_labels_give_accuracy_loss_and_probes_without_configuration
     assert not [str(w.message) for w in caught if "CapgeoTrainerCallback" in str(w.message)]
     assert callback.selector == "target" and callback.probes and callback.num_rows == 48 * DIGITS
     assert callback.rows == {f"{kind}/{label}": 48 * DIGITS for kind in ("rankme", "probe_acc") for label in LABELS}
-    record = callback.session.tracker.scalars
+    record = callback.session.scalars
     assert {"val/token_acc", "val/logprob", "val/loss"} <= set(record)
     assert record["val/loss"][-1][1] == pytest.approx(-record["val/logprob"][-1][1])
     # the loss at step 0 is the initial model's own on the labelled tokens
@@ -167,19 +166,17 @@ def test_alerts_are_raised_live_once_and_failures_are_skipped(monkeypatch, caplo
     acc = [0.0] * 11 + [0.6, 0.7, 0.8, 0.9, 0.95]
     calls = iter(range(100))
 
-    def scripted(model, batches, keys, **kwargs):
+    def scripted(model, device):
         i = next(calls)
         if i == 3:
             raise RuntimeError("scripted failure")
         i -= i > 3
-        measured = Measured(rankme={"layers.0+final_norm": float(rankme[i])},
-                            scalars={"val/acc": acc[i], "val/logprob": -1.0})
-        return measured, ["layers.0+final_norm"]
+        return {"rankme/layers.0+final_norm": float(rankme[i])}, {"val/acc": acc[i], "val/logprob": -1.0}
 
-    monkeypatch.setattr("capgeo_callbacks.integrations.hf.measure_hf", scripted)
     alerts: list = []
     callback = CapgeoTrainerCallback(probe_rows(8), settings=DetectionSettings(smoothing=1), on_alert=alerts.append,
                                      eval_steps=list(range(0, 170, 10)))
+    monkeypatch.setattr(callback, "measure", scripted)
     model = torch.nn.Linear(2, 2)
     state = transformers.TrainerState()
     caplog.set_level(logging.WARNING, logger="capgeo")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from study.ablation import summed_rate, troughs
+from study.phases.ablation import summed_rate, troughs
 
 
 def run(lr: list[tuple[int, float]], rankme: list[tuple[int, float]]) -> dict:
@@ -32,7 +32,7 @@ def test_the_trough_and_its_drop_from_the_peak_before_it() -> None:
 def test_the_sentence_reads_troughs_rates_and_acquisition_from_the_runs() -> None:
     """Constructed runs: the trough at a quarter of each warm-up (at 5 steps without one), a rate that rises
     linearly over the warm-up; acquisition under the warm-ups given by hand, not rising steadily."""
-    from study.ablation import SCHEDULES, TASKS, follows_schedule
+    from study.phases.ablation import SCHEDULES, TASKS, follows_schedule
 
     def schedule_run(warmup: int) -> dict:
         steps = list(range(0, 601))

@@ -7,7 +7,7 @@ from pathlib import Path
 from capgeo_callbacks.run.summary import write_summary
 from capgeo_callbacks.run.tracker import RunTracker
 from capgeo_callbacks.scoring import load_runs
-from study.calibration_cpu import fallback, window
+from study.phases.calibration_cpu import fallback, window
 
 STEPS = list(range(0, 4000, 100))  # 40 evaluations
 

@@ -1,8 +1,8 @@
-"""study.calibration_records: the first version's calibration records rendered, and runs.md in step with them."""
+"""study.record.calibration_records: the first version's calibration records rendered, and runs.md in step with them."""
 
 from __future__ import annotations
 
-from study import calibration_records
+from study.record import calibration_records
 from tasks import DIFFICULTIES, TASKS
 from tasks.budgets import budget
 from tasks.params import resolve_params
@@ -12,7 +12,7 @@ def test_runs_md_is_rendered_from_the_committed_records() -> None:
     rows = calibration_records.records()
     assert rows and {tool for tool, _ in rows} == {"explore", "train.py"}
     assert (calibration_records.FOLDER / "runs.md").read_text() == calibration_records.runs_markdown(rows), (
-        "docs/calibration/runs.md is stale: python -m study.calibration_records runs")
+        "docs/calibration/runs.md is stale: python -m study.record.calibration_records runs")
 
 
 def test_levels_table_has_every_level_and_the_runs_at_its_setting() -> None:

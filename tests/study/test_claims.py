@@ -1,12 +1,12 @@
 """The study's claims counted on constructed run summaries with known answers, and decided by the rule committed
-in study/claims.py: too few runs, a tie or a single run is inconclusive, never a verdict."""
+in study/record/claims.py: too few runs, a tie or a single run is inconclusive, never a verdict."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from capgeo_callbacks.run.reading import RunRecord
-from study.claims import BAND, MIN_N, claims, main, share_verdict
+from study.record.claims import BAND, MIN_N, claims, main, share_verdict
 
 
 def run(name: str, **fields: object) -> RunRecord:

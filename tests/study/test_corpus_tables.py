@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from study.corpus import cost_table, provenance_table
+from study.phases.corpus import cost_table, provenance_table
 
 
 def row(phase: str, run: str, cpu: float | None, machine: str = "vm (cpu)", **extra: object) -> dict:

@@ -1,4 +1,4 @@
-"""study.grokking: the registered grid as the example runs it, the labels, and the power law recovered from known
+"""study.phases.grokking: the registered grid as the example runs it, the labels, and the power law recovered from known
 steps."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from examples.grokking.grokking import Settings
-from study.grokking import configs, late_steps, outcome, power_law, registration, run_name
+from study.phases.grokking import configs, late_steps, outcome, power_law, registration, run_name
 
 
 def test_the_registered_runs_are_the_examples_settings_and_no_pilot_seed() -> None:

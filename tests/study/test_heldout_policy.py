@@ -1,14 +1,15 @@
-"""The study's held-out policy (study.heldout), applied before any run reaches the scorer: held-out seeds count only
-under a registration committed before the run; and train.py runs what the registration freezes."""
+"""The study's held-out policy (study.registrations.policy), applied before any run reaches the scorer: held-out seeds
+count only under a registration committed before the run; and train.py runs what the registration freezes."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import train
+import train_cli
 from capgeo_callbacks.scoring import load_runs
-from study.heldout import REGISTRATION, held_out_check, registered_rules, sha256
+from study.registrations.forecast import REGISTRATION
+from study.registrations.policy import held_out_check, sha256
 from tests.scoring.test_scores import ACQUIRED, write_run
 from tests.study.helpers import repo_with_registration
 
@@ -29,10 +30,10 @@ def test_held_out_runs_need_a_matching_registration_committed_before_them(tmp_pa
     assert [run.name.split("/")[-2] for run in kept] == ["calibration"]
 
 
-def test_train_py_takes_the_study_s_registration() -> None:
-    assert train.REGISTRATION == REGISTRATION and train.registered_rules is registered_rules
-    rules, record = registered_rules(REGISTRATION)
+def test_train_py_takes_the_study_s_registration_as_data() -> None:
+    assert train_cli.REGISTRATION == REGISTRATION  # the same file: train.py reads it, and imports nothing of the study
+    rules, record = train_cli.registered_rules(REGISTRATION)
     frozen = json.loads(REGISTRATION.read_text())
     assert [rule.name for rule in rules] == [frozen["warning"]["name"], frozen["forecaster"]["name"]]
     assert record is not None and record["sha256"] == sha256(REGISTRATION)
-    assert registered_rules("none") == ([], None)
+    assert train_cli.registered_rules("none") == ([], None)

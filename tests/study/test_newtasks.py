@@ -1,5 +1,5 @@
-"""The registered test on new task families (study.newtasks): what it registers, which runs it accepts, and that its
-targets' verdicts follow the measured figures."""
+"""The registered test on new task families (study.phases.newtasks): what it registers, which runs it accepts, and that
+its targets' verdicts follow the measured figures."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from examples.new_tasks.run import SETTINGS
-from study.heldout import sha256
-from study.newtasks import REGISTRATION, jobs, registered_runs, registration, scored, targets
+from study.phases.heldout import sha256
+from study.phases.newtasks import REGISTRATION, jobs, registered_runs, registration, scored, targets
 from tests.scoring.test_scores import ACQUIRED, NEVER, write_run
 from tests.study.helpers import repo_with_registration
 
@@ -88,7 +88,7 @@ def test_a_replay_repeats_what_was_said_live_unless_a_fact_was_added_after(tmp_p
     from capgeo_callbacks.run.summary import write_summary
     from capgeo_callbacks.run.tracker import RunTracker
     from capgeo_callbacks.scoring import load_runs
-    from study.newtasks import replay_differences
+    from study.phases.newtasks import replay_differences
 
     tracker = RunTracker(rules=[make_rule("acc-trend")], run_info={"task": "t", "seed": 0})  # no budget given live
     rising = [0.0] * 20 + [0.015 * i for i in range(1, 21)]  # off its plateau, not acquired

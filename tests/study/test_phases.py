@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from study import heldout
+from study.phases import heldout
 
 
 def test_held_out_seeds_need_a_committed_registration(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_held_out_seeds_need_a_committed_registration(tmp_path: Path) -> None:
 
 
 def test_the_corpus_refuses_held_out_seeds() -> None:
-    from study.corpus import _job
+    from study.phases.corpus import _job
 
     with pytest.raises(ValueError, match="held-out seed"):
         _job("hard", "sort", "hard", 100)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from study import summary
+from study.record import summary
 
 
 @pytest.fixture(scope="module")
@@ -21,15 +21,15 @@ def test_every_generated_page_and_passage_is_what_the_corpus_gives(regenerated: 
             "docs/calibration/cpu.md", "docs/ablation.md", "docs/forecast-selection.md", "README.md",
             "docs/design.md"} <= names
     diffs = summary.differences(regenerated)
-    assert not diffs, "regenerate with `python -m study.summary`:\n" + "\n".join(diffs)[:6000]
+    assert not diffs, "regenerate with `python -m study.record.summary`:\n" + "\n".join(diffs)[:6000]
 
 
 def test_the_readme_first_screen_is_generated(regenerated: dict) -> None:
     readme = regenerated[summary.ROOT / "README.md"]
     commands = [match.group(1) for match in summary.PASSAGE.finditer(readme)]
-    assert commands[:5] == ["python -m study.heldout brief", "python -m study.heldout study-rule",
-                            "python -m study.ablation sentence", "python -m study.newtasks readme",
-                            "python -m study.main_command"]
+    assert commands[:5] == ["python -m study.phases.heldout brief", "python -m study.phases.heldout study-rule",
+                            "python -m study.phases.ablation sentence", "python -m study.phases.newtasks readme",
+                            "python -m study.record.main_command"]
     assert all(match.group(2).strip() for match in summary.PASSAGE.finditer(readme))
 
 
@@ -50,7 +50,7 @@ def test_an_unknown_passage_command_is_an_error() -> None:
 
 
 def test_train_py_keeps_the_window_the_whole_runs_give() -> None:
-    import train
-    from study.calibration_cpu import cpu_runs, window
+    import train_cli
+    from study.phases.calibration_cpu import cpu_runs, window
 
-    assert window(cpu_runs()) == train.EVALS_AFTER_LEARNED
+    assert window(cpu_runs()) == train_cli.EVALS_AFTER_LEARNED

@@ -1,4 +1,4 @@
-"""study.report: tables, CSV, rates and curve correlations from hand-made summaries, plus one
+"""study.record.report: tables, CSV, rates and curve correlations from hand-made summaries, plus one
 real sweep of two tiny train.py runs read back by the report."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from scipy.stats import spearmanr
 from capgeo_callbacks.detection import spearman
 from capgeo_callbacks.run.reading import find_runs
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
-from study import report
+from study.record import report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LAYERS_XS = ("blocks.0", "blocks.1", "norm_f")

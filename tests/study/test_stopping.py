@@ -1,4 +1,4 @@
-"""The stopper replay (study.stopping): Tune's real schedulers driven over recorded runs respect their committed
+"""The stopper replay (study.record.stopping): Tune's real schedulers driven over recorded runs respect their committed
 grace period, and the capability stopper's replay is its own decision, run by run."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from capgeo_callbacks.callbacks.capability_stopper import replay_stop
 from capgeo_callbacks.scoring import load_runs
-from study import stopping
+from study.record import stopping
 
 pytest.importorskip("ray")
 
@@ -24,8 +23,8 @@ def test_schedulers_stop_only_after_the_grace_period_and_the_stopper_replays_its
         assert stopped, "a scheduler that stops nothing on 18 controls is not being driven"
         for run, step in stopped:
             assert step in run.view.steps and stopping.budget_percent(run, step) >= 25
-    stopper = stopping.capability_stopper(settings)
-    found = stopping.replay_stopper(runs[:4], stopper)
-    assert found == {run.name: replay_stop(stopper, run.view) for run in runs[:4]}
+    policy = stopping.capability_stopper(settings)
+    found = stopping.replay_stopper(runs[:4], policy)
+    assert found == {run.name: policy.replay(run.view) for run in runs[:4]}
     outcome = stopping.outcome(runs, found | {run.name: (None, "") for run in runs[4:]})
     assert outcome["lost"].n == sum(run.acquisition is not None and not run.control for run in runs)

@@ -1,12 +1,12 @@
-"""study.who_learns: the registered runs are valid train.py runs on new seeds, every task gives both kinds of run by
-two mechanisms, and the registration names rules train.py can load."""
+"""study.phases.who_learns: the registered runs are valid train.py runs on new seeds, every task gives both kinds of run
+by two mechanisms, and the registration names rules train.py can load."""
 
 from __future__ import annotations
 
 import pytest
 
 from launch.trials import train_args
-from study.who_learns import jobs, registration
+from study.phases.who_learns import jobs, registration
 
 
 def test_registered_runs_are_train_py_runs_on_seeds_apart() -> None:

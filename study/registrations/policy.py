@@ -1,0 +1,73 @@
+"""The held-out policy: a held-out run is reported only under a registration committed before it.
+
+Each run records the registration's sha256 and its code commit (train.py ``--registration``); a held-out run (seed >=
+``HELD_OUT_SEEDS``) counts only when its sha256 is the registration's and its commit already contains the
+registration (:func:`held_out_check`), and the study hands the scorer only those (the scorer scores every run it is
+given). The held-out test (:mod:`study.phases.heldout`) and the new task families (:mod:`study.phases.newtasks`)
+hold their runs to it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from capgeo_callbacks.rules.registration import file_sha256
+from capgeo_callbacks.scoring import ScoredRun
+from launch import ROOT
+from study.phases.corpus import HELD_OUT_SEEDS
+
+__all__ = ["committed", "held_out_check", "registered_before", "sha256"]
+
+sha256 = file_sha256  # what a run records of its registration
+
+
+def registered_before(registration: Path, commit: str | None) -> bool:
+    """Whether ``registration`` was committed in (an ancestor of) ``commit``, the code a run was made with."""
+    if not commit:
+        return False
+    root = registration.resolve().parent
+    try:
+        first = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", registration.name], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=30).stdout.split()
+        if not first:
+            return False
+        return subprocess.run(["git", "merge-base", "--is-ancestor", first[-1], commit], cwd=root,
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def held_out_check(runs: Sequence[ScoredRun], registration: Path | None) -> tuple[list[ScoredRun], list[str]]:
+    """The runs the study may report: every calibration-seed run, and held-out runs (seed >= ``HELD_OUT_SEEDS``)
+    only when they carry ``registration``'s sha256 and were made with code that already held it. Returns (kept,
+    why-dropped)."""
+    digest = file_sha256(registration) if registration is not None else None
+    kept, dropped = [], []
+    for run in runs:
+        if run.seed is None or run.seed < HELD_OUT_SEEDS:
+            kept.append(run)
+            continue
+        recorded = (run.summary.get("registration") or {}).get("sha256")
+        if digest is None:
+            dropped.append(f"{run.name}: held-out seed, and no registration given")
+        elif recorded != digest:
+            dropped.append(f"{run.name}: made under registration {recorded}, not {digest}")
+        elif not registered_before(registration, run.summary.get("commit")):  # type: ignore[arg-type]
+            dropped.append(f"{run.name}: its commit {run.summary.get('commit')} does not contain the registration")
+        else:
+            kept.append(run)
+    return kept, dropped
+
+
+def committed(path: Path) -> bool:
+    """Whether ``path`` is committed as it is (tracked, no uncommitted change)."""
+    try:
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=ROOT, capture_output=True,
+                                 check=False).returncode == 0
+        clean = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", str(path)], cwd=ROOT,
+                               check=False).returncode == 0
+    except OSError:
+        return False
+    return tracked and clean

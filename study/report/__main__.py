@@ -1,5 +1,0 @@
-"""``python -m study.report RUNS_DIR``."""
-
-from study.report.render import main
-
-main()
