@@ -255,5 +255,9 @@ def readme_line() -> str:
 __all__ = ["page", "readme_line", "train_step", "write_report"]
 
 
+def main(argv: Sequence[str] | None = None) -> None:
+    page_command("grokking_report", "docs/grokking.md", write_report, readme_line, argv)
+
+
 if __name__ == "__main__":
-    page_command("grokking_report", "docs/grokking.md", write_report, readme_line)
+    main()
