@@ -79,6 +79,10 @@ PAGES: tuple[tuple[str, str, Callable[[], str], str, str | None], ...] = (
     ("docs/stopping.md", "python -m study.record.stopping --out docs/stopping.md",
      _page("study.record.stopping", "page"), "Stopping runs early: the capability stopper, ASHA and median stopping",
      None),
+    ("docs/who-learns.md", "python -m study.record.who_learns_report", _page("study.record.who_learns_report", "page"),
+     "Who will learn: the probability of acquisition as a classifier (registered)", "## AUROC"),
+    ("docs/grokking.md", "python -m study.record.grokking_report", _page("study.record.grokking_report", "page"),
+     "The grokking benchmark (registered)", "## Will it grok"),
 )
 
 
@@ -138,15 +142,16 @@ def prose_files() -> list[Path]:
 
 
 def placed(body: str, folder: Path) -> str:
-    """A command's output, whose links are from the repository's root, with its links made relative to ``folder``
-    (relative to the root), where the file holding it is."""
+    """A command's output with its links from the repository's root made relative to ``folder`` (relative to the
+    root), where the file holding it is; a link that already works from ``folder`` is left as it is."""
     if folder == Path("."):
         return body
 
     def place(match: re.Match[str]) -> str:
         target = match.group(2)
-        if "://" in target or target.startswith(("#", "/")):
-            return match.group(0)
+        if "://" in target or target.startswith(("#", "/")) or (ROOT / folder / target).exists() \
+                or not (ROOT / target).exists():
+            return match.group(0)  # a link already made for that folder (or none to place)
         return match.group(1) + os.path.relpath(target, folder)
 
     return re.sub(r"(\]\()([^)#\s]+)", place, body)
