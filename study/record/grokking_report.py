@@ -246,14 +246,22 @@ def readme_line() -> str:
     rules = survival_rules(fitted)
     found = discrimination(scored(heldout), forecasters=rules[:1], shares=(0.5,),
                            calibration=scored(load("calibration")))
-    row = next(row for row in found["0.5"]["rows"] if row["name"] == f"forecast: {rules[0].name}")
-    return (f"On the field's grokking benchmark (modular arithmetic, {len(heldout)} registered held-out runs), the "
-            f"probability of grokking told the runs that grok from those that do not at half the budget with AUROC "
-            f"{row['cells']['pooled']} ([docs/grokking.md](docs/grokking.md)).")
+    cells = {row["name"]: row["cells"]["pooled"] for row in found["0.5"]["rows"]}
+    made, registered = len(heldout), len(configs("heldout"))
+    partial = "" if made >= registered else f" (partial: {made} of {registered} registered runs made so far)"
+    return (f"**Who will grok.** On the field's benchmark, grokking of modular arithmetic, {made} registered "
+            f"held-out runs{partial}: the probability of grokking within the budget, at half the budget, tells the "
+            f"runs that will grok from those that will not with AUROC {cells.get(f'forecast: {rules[0].name}', '-')};"
+            f" the accuracy alone: {cells.get('acc', '-')}, the weight norm: {cells.get('weight_norm/global', '-')} "
+            "([docs/grokking.md](docs/grokking.md)).")
 
 
 __all__ = ["page", "readme_line", "train_step", "write_report"]
 
 
+def main(argv: Sequence[str] | None = None) -> None:
+    page_command("grokking_report", "docs/grokking.md", write_report, readme_line, argv)
+
+
 if __name__ == "__main__":
-    page_command("grokking_report", "docs/grokking.md", write_report, readme_line)
+    main()

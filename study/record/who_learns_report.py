@@ -221,5 +221,9 @@ def write_report() -> str:
 __all__ = ["page", "partial_note", "readme_line", "write_report", "REGISTRATION"]
 
 
+def main(argv: Sequence[str] | None = None) -> None:
+    page_command("who_learns_report", "docs/who-learns.md", write_report, readme_line, argv)
+
+
 if __name__ == "__main__":
-    page_command("who_learns_report", "docs/who-learns.md", write_report, readme_line)
+    main()

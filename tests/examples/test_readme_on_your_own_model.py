@@ -1,4 +1,4 @@
-"""The README's "On your own model" code, run as printed on a model and task it has never seen.
+"""The README's "With Lightning" code, run as printed on a model and task it has never seen.
 
 The python block is taken from README.md as it stands and only ``trainer.fit(...)`` is appended: README and code
 cannot drift apart. The model and data are example (a)'s (``examples/own_model.py``: a Llama-like causal LM,
@@ -35,10 +35,10 @@ HELD, LEVEL = 10, 0.9  # stop once accuracy has been >= LEVEL at HELD evaluation
 
 
 def readme_block() -> str:
-    """The first python block under "## On your own model" in README.md."""
-    section = (ROOT / "README.md").read_text().split("## On your own model", 1)[1].split("\n## ", 1)[0]
+    """The first python block under "## With Lightning" in README.md."""
+    section = (ROOT / "README.md").read_text().split("## With Lightning", 1)[1].split("\n## ", 1)[0]
     found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert found, "README.md's 'On your own model' has no python block"
+    assert found, "README.md's 'With Lightning' has no python block"
     return found.group(1)
 
 
