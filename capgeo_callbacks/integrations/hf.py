@@ -32,7 +32,6 @@ from capgeo_callbacks.integrations.hf_models import (
     selected_rows,
 )
 from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
-from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.rules import Rule
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
@@ -40,9 +39,13 @@ from capgeo_callbacks.run.session import Measurements, RunSession
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers.trainer_callback import CallbackHandler
 except ImportError as err:  # pragma: no cover - the message is the point
     raise ImportError("capgeo_callbacks.integrations.hf needs transformers: pip install 'capgeo-callbacks[hf]' "
                       "(or pip install 'transformers>=4.40')") from err
+
+# it imports transformers: after the check above
+from capgeo_callbacks.integrations.hf_loggers import TrainerLogs, callback_handler, put_first
 
 __all__ = ["ACC_KEY", "CapgeoTrainerCallback"]
 
@@ -64,8 +67,15 @@ class CapgeoTrainerCallback(TrainerCallback):
     a linear probe per layer on the positions that predict a target (``acc_fn`` gives the accuracy instead; without
     targets or ``acc_fn`` it is NaN, never acquired). It runs in
     eval mode without gradients and with the RNG forked: training ends at bit-identical weights. Each measurement is
-    appended to ``state.log_history`` and added to the next ``on_log``'s ``logs``; a resumed run rebuilds its
-    series from the log history. Only the world process zero announces and writes.
+    a log event at its step (:mod:`~capgeo_callbacks.integrations.hf_loggers`): in ``state.log_history`` and the
+    ``on_log`` of every ``report_to`` integration and user callback; text, images, the dashboard's layout and hparams
+    reach TensorBoard, MLflow and W&B; the Trainer's bar shows the run's figures. A resumed run rebuilds its series
+    from the log history. Only the world process zero announces and writes.
+
+    Logged keys (``train/<key>`` in TensorBoard and W&B): ``rankme/<layer>``, ``probe_acc/<layer>``, ``val/acc``,
+    ``val/token_acc``, ``val/logprob``, ``val/loss``, ``forecast/<rule>``, ``rankme_early/<layer>``,
+    ``rankme_floor/<layer>``, ``capgeo/alerts_raised``; text ``capgeo/alerts``, ``capgeo/verdict``; images
+    ``capgeo/story``, ``capgeo/rankme_heatmap``.
 
     Args:
         probe_rows: a dict of N-row tensors: ``input_ids`` (N, T), optionally ``attention_mask``, and ``labels``
@@ -88,6 +98,8 @@ class CapgeoTrainerCallback(TrainerCallback):
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
         run_info: run facts for the summary and the rules (task, seed, chance, ...).
         rules: the rules run live (default: the study's rule on ``settings``).
+        live_figures: also publish the story card where a rule first warns and where acquisition is confirmed (the
+            card, the full figure saved beside the summary and the heatmap are published at the end either way).
 
     Raises:
         ValueError: on a bad argument; in ``on_train_begin`` if a layer pattern matches no hidden state or a probe
@@ -105,7 +117,8 @@ class CapgeoTrainerCallback(TrainerCallback):
                  eval_steps: Sequence[int] | None = None, points: int = 256, schedule: str = "geometric",
                  max_steps: int | None = None, acc_fn: AccFn | None = None, output_dir: str | Path | None = None,
                  probes: bool = True, batch_size: int = 64, on_alert: Callable[[Alert], Any] | None = None,
-                 run_info: Mapping[str, Any] | None = None, rules: Sequence[Rule] | None = None) -> None:
+                 run_info: Mapping[str, Any] | None = None, rules: Sequence[Rule] | None = None,
+                 live_figures: bool = True) -> None:
         rows = check_probe_rows(probe_rows)
         selector, patterns = probe_selector(rows, selector), layer_globs(layers)
         if num_rows is None:
@@ -118,14 +131,14 @@ class CapgeoTrainerCallback(TrainerCallback):
                        and num_rows >= ProbeUnit.min_rows)
         self._probes_wanted, self.batches = bool(probes), probe_batches(rows, batch_size)
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
-                                  token_acc_key=TOKEN_ACC, on_alert=on_alert,
+                                  token_acc_key=TOKEN_ACC, on_alert=on_alert, live_figures=live_figures,
                                   warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning))
         self.units = _units(selector, num_rows, self.probes, self.session.warn)
         self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]: what this callback measures
         self.rows: dict[str, int] = {}
         self._scheduled = frozenset(eval_steps or ())
         self._budget = max_steps if max_steps is not None else (max(eval_steps) if eval_steps else None)
-        self._pending: dict[str, float] = {}
+        self._handler: CallbackHandler | None = None  # the Trainer's, read in on_train_begin
         self._parameters = 0
 
     steps = property(lambda self: list(self.session.view.steps), doc="The steps measured so far.")
@@ -141,6 +154,9 @@ class CapgeoTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: nn.Module | None = None, **kwargs: Any) -> None:
         check_model(model, self.layers, self.probe_rows["input_ids"])  # raises before any update
+        self._handler = callback_handler(self)
+        if self._handler is not None:
+            put_first(self._handler, self)  # so that at the end it publishes before the integrations close
         self._parameters = sum(p.numel() for p in model.parameters())
         self.session.is_zero = bool(state.is_world_process_zero)
         if self._probes_wanted and not self.probes:
@@ -152,34 +168,30 @@ class CapgeoTrainerCallback(TrainerCallback):
                                  "give the Trainer max_steps / num_train_epochs")
             self._scheduled = frozenset(evaluation_steps(self._budget, self.points, self.schedule))
         if state.global_step > 0 and not self.session.view.steps:
-            self._restore(state)
+            _restore(self, state)
         if state.global_step in self._scheduled:
-            self._measure_at(state, model)
+            self._measure_at(args, state, control, {"model": model, **kwargs})
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     model: nn.Module | None = None, **kwargs: Any) -> None:
         if model is not None and state.global_step in self._scheduled:
-            self._measure_at(state, model)
-
-    @never_fails
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if logs is not None and self._pending:
-            logs.update(self._pending)
-            self._pending = {}
+            self._measure_at(args, state, control, {"model": model, **kwargs})
 
     @never_fails
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
-        self.session.finish(self.measurements(), state.global_step, directory=self.output_dir or args.output_dir)
+        publisher = TrainerLogs(self._handler, self, args, state, control, kwargs, {}, self.session.warn)
+        self.session.finish(self.measurements(), state.global_step, publisher,
+                            directory=self.output_dir or args.output_dir)
 
     def build_summary(self, state: TrainerState | None = None) -> dict[str, Any]:
         """The run summary from the series measured so far."""
         return self.session.build_summary(self.measurements(), state.global_step if state is not None else None)
 
     @never_fails
-    def _measure_at(self, state: TrainerState, model: nn.Module) -> None:
-        step = int(state.global_step)
+    def _measure_at(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    event: dict[str, Any]) -> None:
+        step, model = int(state.global_step), event["model"]
         if self.session.view.step == step:
             return  # measured at this step already (on_train_begin of a run resumed at a scheduled step)
         device = str(next(model.parameters()).device)
@@ -193,10 +205,12 @@ class CapgeoTrainerCallback(TrainerCallback):
         for tag, value in logged.items():
             append_point(self.series.setdefault(tag, []), step, value)
         acc = scalars.pop(ACC_KEY, float("nan"))
-        publisher = _Pending({**logged, ACC_KEY: acc, **scalars})
+        publisher = TrainerLogs(self._handler, self, args, state, control, event, {**logged, ACC_KEY: acc, **scalars},
+                                self.session.warn)
+        self.session.start(publisher, list(logged))
         self.session.evaluate(step, acc, scalars, self.measurements(), publisher, max_steps=self._budget)
-        state.log_history.append({**publisher.values, "step": step})
-        self._pending = publisher.values
+        publisher.log()  # one log event at this step: the log history, and every logger of the Trainer
+        publisher.progress(self.session.view.progress())
 
     def measure(self, model: nn.Module, device: str) -> tuple[dict[str, float], dict[str, float]]:
         """The units' values by tag, and the answer's scores, on the probe rows (in eval mode, without gradients)."""
@@ -206,23 +220,24 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.rows.update({tag: rows for one in computed for tag, rows in one.rows.items()})
         return {tag: value for one in computed for tag, value in one.values.items()}, scalars
 
-    def _restore(self, state: TrainerState) -> None:
-        """The series of a resumed run, from the entries this callback added to ``state.log_history``."""
-        for entry in state.log_history:  # replayed through the session: the alerts raised before are not announced
-            if ACC_KEY not in entry or "step" not in entry:
-                continue
-            step = int(entry["step"])
-            for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
-                append_point(self.series.setdefault(tag, []), step, float(entry[tag]))
-            scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
-            self.session.restore(step, float(entry[ACC_KEY]), scalars, Measurements(self.series))
-
 
 def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> list[HiddenStateUnit]:
     """The measuring units the Lightning monitors drive (RankMe, and probes), fed here by one forward pass over the
     probe rows."""
     units: list[HiddenStateUnit] = [RankMeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)]
     return units + ([ProbeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)] if probes else [])
+
+
+def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
+    """A resumed run's series, from the entries ``callback`` added to ``state.log_history``."""
+    for entry in state.log_history:  # replayed through the session: the alerts raised before are not announced
+        if ACC_KEY not in entry or "step" not in entry:
+            continue
+        step = int(entry["step"])
+        for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
+            append_point(callback.series.setdefault(tag, []), step, float(entry[tag]))
+        scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
+        callback.session.restore(step, float(entry[ACC_KEY]), scalars, Measurements(callback.series))
 
 
 def _check_arguments(num_rows: int, points: int, batch_size: int, max_steps: int | None, schedule: str,
@@ -244,13 +259,3 @@ def _no_probes(rows: Mapping[str, Tensor], selector: Selector) -> str:
         return (f"no probes: the probe rows hold no targets (looked for {TARGETS_LOOKED_FOR}); pass probe_rows with "
                 "'labels'")
     return f"no probes: selector {selector_name(selector)!r} takes rows without labels; use 'target' or 'answer'"
-
-
-class _Pending(Publisher):
-    """The Trainer's log history takes scalars only: what the session publishes joins the measured values."""
-
-    def __init__(self, values: dict[str, float]) -> None:
-        self.values = values
-
-    def scalars(self, values: Mapping[str, float], step: int) -> None:
-        self.values.update(values)
