@@ -50,10 +50,11 @@ def mlflow_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MlflowClien
     return MlflowClient(tracking_uri=uri)
 
 
-def train(tmp_path: Path, callbacks: list, max_steps: int, **model: int) -> Trainer:
+def train(tmp_path: Path, callbacks: list, max_steps: int, report_to: tuple[str, ...] = ("tensorboard", "mlflow"),
+          **model: int) -> Trainer:
     torch.manual_seed(0)
     config = GPT2Config(**{"n_layer": 2, "n_embd": 32, "n_head": 2, **model}, vocab_size=50, n_positions=32)
-    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=["tensorboard", "mlflow"],
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=list(report_to),
                              max_steps=max_steps, per_device_train_batch_size=16, learning_rate=3e-3,
                              logging_steps=10, seed=0, save_strategy="no", dataloader_num_workers=0)
     trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Reversal(512, seed=0),
@@ -119,23 +120,33 @@ def test_every_measurement_reaches_every_logger_at_its_step(tmp_path: Path, mlfl
     assert "rankme/embed" not in err
 
 
-def test_alerts_reach_the_loggers_when_raised(tmp_path: Path, mlflow_store: MlflowClient,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """A scripted measurement (collapse, recovery, accuracy crossing later) on a real Trainer: the alerts are text
-    entries at the step they were raised, and the story card is published there."""
-    rankme = [20, 30, 40, 30, 15, 8, 9, 14, 20, 26, 30, 32, 33]
-    acc = [0.0] * 10 + [0.6, 0.7, 0.8]
-    calls = iter(range(len(acc)))
+RANKME = [20, 30, 40, 30, 15, 8, 9, 14, 20, 26, 30, 32, 33]
+ACC = [0.0] * 10 + [0.6, 0.7, 0.8]
+TAG = "rankme/layers.0+final_norm"
+
+
+def scripted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report_to: tuple[str, ...] = ("tensorboard",
+                 "mlflow")) -> CapgeoTrainerCallback:
+    """A scripted measurement (collapse, recovery, accuracy crossing later) every 10 steps of a real Trainer: the
+    layer's and the run's alerts at step 80, acquisition at step 100, confirmed at 120."""
+    calls = iter(range(len(ACC)))
 
     def scripted(model: torch.nn.Module, device: str) -> tuple[dict[str, float], dict[str, float]]:
         i = next(calls)
-        return {"rankme/layers.0+final_norm": float(rankme[i])}, {"val/acc": acc[i], "val/logprob": -1.0}
+        return {TAG: float(RANKME[i])}, {"val/acc": ACC[i], "val/logprob": -1.0}
 
     callback = CapgeoTrainerCallback(probe_rows(8), settings=DetectionSettings(smoothing=1),
                                      eval_steps=list(range(0, 130, 10)))
     monkeypatch.setattr(callback, "measure", scripted)
-    train(tmp_path, [callback], max_steps=120, n_layer=1, n_embd=8)
+    train(tmp_path, [callback], max_steps=120, report_to=report_to, n_layer=1, n_embd=8)
     assert [(a.kind, a.step) for a in callback.alerts] == [("layer", 80), ("run", 80)]
+    return callback
+
+
+def test_alerts_reach_the_loggers_when_raised(tmp_path: Path, mlflow_store: MlflowClient,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The alerts are text entries at the step they were raised, and the story card is published there."""
+    scripted_run(tmp_path, monkeypatch)
 
     (folder,) = (tmp_path / "runs").iterdir()
     events = read_events(folder)
@@ -148,3 +159,28 @@ def test_alerts_reach_the_loggers_when_raised(tmp_path: Path, mlflow_store: Mlfl
     (run,) = mlflow_store.search_runs(["0"])
     listed = {info.path for info in mlflow_store.list_artifacts(run.info.run_id, "capgeo/capgeo_alerts")}
     assert len(listed) == 2
+
+
+def test_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W&B, read from its offline run file: every measurement in the history at its step (HF's
+    ``train/global_step``), the alerts as W&B alerts and text tables, the story card, capgeo's hparams."""
+    wandb = pytest.importorskip("wandb")
+    from tests.publish.test_loggers import items, wandb_records
+
+    monkeypatch.setenv("WANDB_PROJECT", "capgeo-tests")
+    callback = scripted_run(tmp_path, monkeypatch, report_to=("wandb",))
+    wandb.finish()
+    wandb.teardown()  # the .wandb file is complete once the core process has exited (tests/publish/test_loggers.py)
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    records = wandb_records(run_dir)
+    of_type = lambda kind: [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]  # noqa: E731
+    history = [items(row.item) for row in of_type("history")]
+    measured = [(row["train/global_step"], row[PREFIX + TAG]) for row in history if PREFIX + TAG in row]
+    script = list(zip(range(0, 130, 10), RANKME, strict=True))
+    assert measured == [tuple(point) for point in callback.series[TAG]] == script
+    alerts = of_type("alert")
+    assert [a.title for a in alerts] == ["capgeo precursor alert"] * 2
+    assert all(a.text.startswith("capgeo precursor alert at step 80") for a in alerts)
+    assert sum("capgeo/alerts" in row for row in history) == 2 and any("capgeo/story" in row for row in history)
+    config = {key: value for update in of_type("config") for key, value in items(update.update).items()}
+    assert config["capgeo/verdict"] == "precursor"
