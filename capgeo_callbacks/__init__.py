@@ -10,6 +10,8 @@ the stopper, a tuner); rules, the stopping policy and detection work on plain se
 :mod:`~capgeo_callbacks.detection`). Definitions: docs/design.md.
 """
 
+__version__ = "0.1.0"  # the package's version (pyproject.toml reads it here)
+
 from capgeo_callbacks.callbacks import (
     EvaluationSchedule,
     GradientMeasureCallback,
@@ -21,6 +23,7 @@ from capgeo_callbacks.callbacks import (
     PrecursorDetector,
     RankMeMonitor,
     StepProgressBar,
+    WeightNormMonitor,
 )
 from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
 from capgeo_callbacks.detection import (
@@ -38,6 +41,7 @@ from capgeo_callbacks.measures import (
     hessian_top_eigenvalues,
     hessian_trace,
     linear_probe_accuracy,
+    parameter_norm,
     per_example_gradients,
     rankme,
 )
@@ -83,6 +87,7 @@ __all__ = [
     "RuleOutput",
     "RunSession",
     "RunView",
+    "WeightNormMonitor",
     "StepProgressBar",
     "StoppingPolicy",
     "default_rules",
@@ -96,6 +101,7 @@ __all__ = [
     "hessian_top_eigenvalues",
     "hessian_trace",
     "linear_probe_accuracy",
+    "parameter_norm",
     "per_example_gradients",
     "precursor_verdict",
     "rankme",

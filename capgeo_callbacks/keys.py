@@ -18,6 +18,7 @@ __all__ = [
     "HOW_TO_RECORD",
     "LOGPROB",
     "LR",
+    "PROBABILITY",
     "PROBE_ACC",
     "RANKME",
     "TOKEN_ACC",
@@ -25,6 +26,7 @@ __all__ = [
     "VAL_ACC",
     "VAL_LOSS",
     "RunKeys",
+    "WEIGHT_NORM",
     "by_layer",
     "how_to_record",
     "key_words",
@@ -40,11 +42,14 @@ TRAIN_LOSS = "train/loss"  # mean training loss since the previous evaluation
 LR = "lr"  # the first optimizer's learning rate
 RANKME = "rankme/"  # RankMe of each watched layer: rankme/<layer>
 PROBE_ACC = "probe_acc/"  # held-out linear probe accuracy of each watched layer: probe_acc/<layer>
+WEIGHT_NORM = "weight_norm/"  # L2 norm of the parameters: weight_norm/global and weight_norm/<layer>
 FORECAST = "forecast/"  # each forecaster's predicted acquisition step: forecast/<rule>
+PROBABILITY = "probability/"  # a forecaster's probability of acquisition within the budget: probability/<rule>
 
 HOW_TO_RECORD = {
     RANKME: "attach RankMeMonitor(layers=...) to the Trainer",
     PROBE_ACC: "attach LinearProbeMonitor(layers=...) to the Trainer",
+    WEIGHT_NORM: "attach WeightNormMonitor() to the Trainer",
     VAL_LOSS: "log it in validation_step, self.log('val/loss', loss), or name yours: "
               "PrecursorDetector(loss_monitor='...')",
     LOGPROB: "log the answer's mean log-prob as 'val/logprob', or name yours: PrecursorDetector(logprob_monitor='...')",

@@ -1,7 +1,10 @@
-"""The launcher: a grid of ``train.py`` runs (trials) on an existing engine, resumable, from a laptop to a cluster.
+"""The launcher: a grid of runs (trials) on an existing engine, resumable, from a laptop to a cluster. A trial is a
+``train.py`` run or a call of a user's training function (Ray Tune's function trainable, ``fn(config)``:
+:mod:`launch.functions`).
 
-    from launch import Trial, launch
+    from launch import Trial, function_trials, launch
     launch([Trial("sort-hard-xs-s0", ("--task", "sort"), Path("runs/sweep"))], engine="ray", jobs=2)
+    launch(function_trials("mypackage.train:train", {"lr": [1e-3, 3e-3], "seed": [0, 1]}, "runs/grid"), jobs=2)
 
 ``sweep.py`` (the command line) and every study phase go through :func:`launch`. Engines (:mod:`launch.engines`):
 ``ray`` (Ray Tune: a local Ray, or a cluster with ``address``) and ``submitit`` (Slurm, or local processes). Every
@@ -19,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from launch.engines import CallbackFactory, Outcome, no_callbacks, run_ray, run_submitit
+from launch.functions import RESERVED_KEYS, FunctionTrial, function_trials, resolve_function
 from launch.trials import (
     LOG_NAME,
     ROOT,
+    TRIAL_RECORD,
     Trial,
     TrialFailed,
+    TrialLike,
     require_clean_tree,
     run_state,
     run_trial,
@@ -31,8 +37,9 @@ from launch.trials import (
     summary_of,
 )
 
-__all__ = ["ENGINES", "LOG_NAME", "ROOT", "Outcome", "Trial", "TrialFailed", "add_launch_arguments", "launch",
-           "launch_with", "no_callbacks", "outcome_line", "require_clean_tree", "run_state", "run_trial",
+__all__ = ["ENGINES", "LOG_NAME", "RESERVED_KEYS", "ROOT", "TRIAL_RECORD", "FunctionTrial", "Outcome", "Trial",
+           "TrialFailed", "TrialLike", "add_launch_arguments", "function_trials", "launch", "launch_with",
+           "no_callbacks", "outcome_line", "require_clean_tree", "resolve_function", "run_state", "run_trial",
            "source_provenance", "summary_of"]
 
 ENGINES = ("ray", "submitit")
@@ -51,7 +58,7 @@ def outcome_line(index: int, total: int, outcome: Outcome) -> str:
             f"{summary.get('acquisition_step')}, verdict {summary.get('verdict')}{stopped}")
 
 
-def launch(trials: Sequence[Trial], engine: str = "ray", jobs: int | None = 1, address: str | None = None,
+def launch(trials: Sequence[TrialLike], engine: str = "ray", jobs: int | None = 1, address: str | None = None,
            callbacks: CallbackFactory = no_callbacks, cpus: int | None = None, storage: Path | None = None,
            seconds: float | None = None, cluster: str | None = None, slurm: Mapping[str, Any] | None = None,
            name: str = "capgeo",
@@ -59,11 +66,12 @@ def launch(trials: Sequence[Trial], engine: str = "ray", jobs: int | None = 1, a
     """Run the unfinished ``trials`` on ``engine``; print one line per trial as it ends (unless ``quiet``).
 
     Args:
-        trials: the trials, most important first.
+        trials: the trials (:class:`Trial`, :class:`FunctionTrial`), most important first.
         engine: ``ray`` or ``submitit``.
         jobs: trials at once (None: as many as the resources allow; Ray only).
         address: Ray only: a cluster to join (None: a local Ray).
-        callbacks: builds each trial's extra Lightning callbacks where it runs (e.g. a capability stopper).
+        callbacks: builds each train.py trial's extra Lightning callbacks where it runs (e.g. a capability
+            stopper); a training function builds its own Trainer, so it takes none.
         cpus: Ray only: cores of a local Ray (None: all).
         storage: the engine's own folder (Tune's experiment folder; submitit's logs).
         seconds: a deadline from now: trials still running then are stopped and resume at the next launch.
@@ -77,7 +85,8 @@ def launch(trials: Sequence[Trial], engine: str = "ray", jobs: int | None = 1, a
         One outcome per trial, in the order given.
 
     Raises:
-        ValueError: on an unknown engine, repeated trial folders, or a trial train.py rejects (before any starts).
+        ValueError: on an unknown engine, repeated trial folders, a trial train.py rejects, a training function
+            that cannot be found, or ``callbacks`` with function trials (before any starts).
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
@@ -87,7 +96,11 @@ def launch(trials: Sequence[Trial], engine: str = "ray", jobs: int | None = 1, a
     if len(set(roots)) != len(roots):
         raise ValueError("trial folders must be unique (a name repeats within a log folder)")
     for trial in trials:
-        trial.args  # noqa: B018 - train.py's own check of every trial's arguments, before any starts
+        trial.check()  # train.py's check of its arguments, or the function found: before any trial starts
+    functions = [trial.key for trial in trials if trial.kind == "function"]
+    if functions and callbacks is not no_callbacks:
+        raise ValueError(f"callbacks add Lightning callbacks to train.py trials; a training function builds its own "
+                         f"Trainer (add them there): {', '.join(functions[:3])}{' ...' if len(functions) > 3 else ''}")
     total = len(trials)
     index = {trial.root: i for i, trial in enumerate(trials, 1)}
     show = (lambda text: None) if quiet else (lambda text: print(text, flush=True))  # noqa: E731

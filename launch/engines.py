@@ -1,5 +1,6 @@
 """The engines that run trials: Ray Tune (a local Ray, or a cluster's with ``address``) and submitit (Slurm, or its
-local executor where Ray is absent). Both call the same trial function, :func:`~launch.trials.run_trial`.
+local executor where Ray is absent). Both call the same trial function, :func:`~launch.trials.run_trial`, on either
+kind of trial (a train.py run, a user's training function).
 
 Each engine returns one :class:`Outcome` per trial given: finished trials are skipped before any engine starts;
 a trial that fails is reported with its message and the others go on.
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launch.trials import ROOT, Trial, TrialFailed, run_trial, source_provenance, summary_of
+from launch.functions import FunctionTrial, import_root
+from launch.trials import ROOT, TrialFailed, TrialLike, run_trial, source_provenance, summary_of
 
-CallbackFactory = Callable[[Trial], Sequence[Any]]  # a trial's extra Lightning callbacks, built where it runs
+CallbackFactory = Callable[[TrialLike], Sequence[Any]]  # a train.py trial's extra Lightning callbacks, built in it
 
 
 @dataclass(frozen=True)
@@ -35,28 +37,31 @@ class Outcome:
         summary: the run's summary when it wrote one.
     """
 
-    trial: Trial
+    trial: TrialLike
     action: str
     seconds: float = 0.0
     message: str = ""
     summary: Mapping[str, Any] | None = None
 
 
-def no_callbacks(trial: Trial) -> Sequence[Any]:
+def no_callbacks(trial: TrialLike) -> Sequence[Any]:
     return ()
 
 
-def _pythonpath() -> str:
-    """PYTHONPATH with this checkout first: trials import train, tasks and models from it."""
+def _pythonpath(trials: Sequence[TrialLike] = ()) -> str:
+    """PYTHONPATH with this checkout first (trials import train, tasks and models from it), then the folders the
+    trials' training functions are imported from."""
     given = filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))
-    return os.pathsep.join(dict.fromkeys([str(ROOT), *given]))
+    roots = [import_root(trial.function) for trial in trials if isinstance(trial, FunctionTrial)]
+    return os.pathsep.join(dict.fromkeys([str(ROOT), *(str(root) for root in roots if root), *given]))
 
 
 # ------------------------------------------------------------------------------------------------ Ray Tune
 
 
-def start_ray(address: str | None = None, cpus: int | None = None) -> None:
-    """Join the Ray cluster at ``address``, or start a local Ray (with ``cpus`` cores, default all) when None.
+def start_ray(address: str | None = None, cpus: int | None = None, trials: Sequence[TrialLike] = ()) -> None:
+    """Join the Ray cluster at ``address``, or start a local Ray (with ``cpus`` cores, default all) when None; its
+    workers find this checkout and ``trials``' training functions on their ``PYTHONPATH``.
 
     Raises:
         SystemExit: when Ray is not installed, or no cluster answers at ``address``.
@@ -73,7 +78,7 @@ def start_ray(address: str | None = None, cpus: int | None = None) -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0, Tune prints nothing: the launcher's lines say it
     os.environ.setdefault("RAY_worker_niceness", "0")  # a local Ray's trials run at the launcher's own niceness
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # Ctrl-C ends the launch (and a study's next phases)
-    env = {"PYTHONPATH": _pythonpath(), **source_provenance()}
+    env = {"PYTHONPATH": _pythonpath(trials), **source_provenance()}
     options: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False, "include_dashboard": False,
                                "configure_logging": False}
     try:
@@ -98,7 +103,7 @@ def check_reachable(address: str, seconds: float = 5.0) -> None:
                          f"there, and is the port open?)") from err
 
 
-def run_ray(trials: Sequence[Trial], jobs: int | None = None, address: str | None = None,
+def run_ray(trials: Sequence[TrialLike], jobs: int | None = None, address: str | None = None,
             callbacks: CallbackFactory = no_callbacks, report: bool = True, storage: Path | None = None,
             name: str = "capgeo", cpus: int | None = None, on_outcome: Callable[[Outcome], Any] | None = None,
             deadline: float | None = None) -> list[Outcome]:
@@ -108,8 +113,9 @@ def run_ray(trials: Sequence[Trial], jobs: int | None = None, address: str | Non
         trials: unfinished trials (the launcher skips finished ones first).
         jobs: trials at once (None: as many as the resources allow).
         address: a Ray cluster to join (``ray start --head`` prints it); None starts a local Ray.
-        callbacks: builds each trial's extra Lightning callbacks where it runs.
-        report: report each evaluation's ``val/acc``, RankMe and forecasts to Tune.
+        callbacks: builds each train.py trial's extra Lightning callbacks where it runs.
+        report: report each evaluation of a train.py trial (``val/acc``, RankMe, forecasts) to Tune (a training
+            function reports what it likes itself, ``ray.tune.report``); every trial's end is reported.
         storage: Tune's own experiment folder (its ``result.json`` per trial); default ``~/ray_results``.
         name: the Tune experiment's name.
         cpus: cores of a local Ray (None: all).
@@ -119,7 +125,7 @@ def run_ray(trials: Sequence[Trial], jobs: int | None = None, address: str | Non
     Returns:
         One outcome per trial, in the order given.
     """
-    start_ray(address, cpus)
+    start_ray(address, cpus, trials)
     from ray import tune
 
     env = source_provenance()
@@ -128,7 +134,7 @@ def run_ray(trials: Sequence[Trial], jobs: int | None = None, address: str | Non
     def trainable(config: dict[str, Any]) -> None:
         trial = ordered[config["index"]]
         extra = list(callbacks(trial))
-        if report:
+        if report and trial.kind == "train.py":
             from capgeo_callbacks.integrations.tuning import TuneReportCallback
 
             extra.append(TuneReportCallback())
@@ -192,7 +198,7 @@ def _error_text(trial: Any) -> str:
 # ------------------------------------------------------------------------------------------------ submitit
 
 
-def run_chunk(trials: Sequence[Trial], callbacks: CallbackFactory = no_callbacks,
+def run_chunk(trials: Sequence[TrialLike], callbacks: CallbackFactory = no_callbacks,
               env: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
     """A submitit job: its trials one after another, each through the trial function; a failed trial is recorded
     and the next one runs. Returns ``(key, action, message)`` per trial."""
@@ -206,7 +212,7 @@ def run_chunk(trials: Sequence[Trial], callbacks: CallbackFactory = no_callbacks
     return done
 
 
-def run_submitit(trials: Sequence[Trial], jobs: int = 1, folder: Path | None = None, cluster: str | None = None,
+def run_submitit(trials: Sequence[TrialLike], jobs: int = 1, folder: Path | None = None, cluster: str | None = None,
                  callbacks: CallbackFactory = no_callbacks, seconds: float | None = None,
                  slurm: Mapping[str, Any] | None = None, on_outcome: Callable[[Outcome], Any] | None = None
                  ) -> list[Outcome]:
@@ -218,7 +224,7 @@ def run_submitit(trials: Sequence[Trial], jobs: int = 1, folder: Path | None = N
         jobs: jobs at once (each runs its share of the trials in turn).
         folder: submitit's own folder (its logs and pickles); default ``<first trial's logdir>/.submitit``.
         cluster: ``slurm``, ``local`` or None (submitit decides: Slurm where ``sbatch`` exists).
-        callbacks: builds each trial's extra Lightning callbacks where it runs.
+        callbacks: builds each train.py trial's extra Lightning callbacks where it runs.
         seconds: each job's time limit (a trial cut by it resumes at the next launch).
         slurm: more executor parameters (e.g. ``{"slurm_partition": "gpu"}``).
         on_outcome: called with each trial's outcome once its job ends.
@@ -230,7 +236,7 @@ def run_submitit(trials: Sequence[Trial], jobs: int = 1, folder: Path | None = N
     ordered = list(trials)
     if not ordered:
         return []
-    os.environ["PYTHONPATH"] = _pythonpath()  # local jobs inherit this process's environment
+    os.environ["PYTHONPATH"] = _pythonpath(ordered)  # local jobs inherit this process's environment
     folder = folder or ordered[0].logdir / ".submitit"
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
     cpus = max(math.ceil(t.cpus) for t in ordered)

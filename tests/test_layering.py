@@ -174,17 +174,21 @@ def test_train_py_and_the_launcher_import_nothing_of_the_study() -> None:
 
 
 def test_the_launcher_imports_train_py_only_to_run_it() -> None:
-    """train.py's arguments are read by train_cli (its command line); train.py itself is imported where a trial runs."""
+    """train.py's arguments are read by train_cli (its command line); train.py itself is imported only where a
+    train.py trial runs (``Trial.execute``)."""
     for path in modules("launch"):
         tree = ast.parse(path.read_text())
+        owners = {id(method): cls.name for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
+                  for method in cls.body}
         for function in [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.Module))]:
             body = function.body if isinstance(function, ast.FunctionDef) else [
                 node for node in function.body if not isinstance(node, (ast.FunctionDef, ast.ClassDef))]
             names = {alias.name for node in body for inner in ast.walk(node) if isinstance(inner, ast.Import)
                      for alias in inner.names}
             if "train" in names:
-                assert isinstance(function, ast.FunctionDef) and function.name == "run_trial", \
-                    f"{path.relative_to(ROOT)} imports train.py in {getattr(function, 'name', 'the module')}"
+                where = (owners.get(id(function)), getattr(function, "name", None))
+                assert where == ("Trial", "execute"), \
+                    f"{path.relative_to(ROOT)} imports train.py in {'.'.join(filter(None, where)) or 'the module'}"
 
 
 def test_the_study_imports_no_example() -> None:

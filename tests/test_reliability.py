@@ -289,11 +289,12 @@ def test_unwritable_logdir_fails_before_training(tmp_path: Path) -> None:
 def test_measure_callbacks_come_from_measure_options() -> None:
     callbacks = train.build_measure_callbacks(list(train.MEASURES), run_info={})
     assert [type(cb).__name__ for cb in callbacks] == [
-        "RankMeMonitor", "LinearProbeMonitor", "GradientRankMonitor", "HessianMonitor", "LLCMonitor",
-        "PrecursorDetector"]
+        "RankMeMonitor", "LinearProbeMonitor", "WeightNormMonitor", "GradientRankMonitor", "HessianMonitor",
+        "LLCMonitor", "PrecursorDetector"]
     # each callback takes its cadence from the measure's options (RankMe's is its own default, every evaluation)
     cadences = [cb.every_n_evals for cb in callbacks if isinstance(cb, MeasureCallback)]
-    costly = ("probes", "grad_rank", "hessian", "llc")
-    assert cadences == [1] + [train.MEASURE_OPTIONS[m]["every_n_evals"] for m in costly]
+    costly = ("grad_rank", "hessian", "llc")
+    assert cadences == [1, train.MEASURE_OPTIONS["probes"]["every_n_evals"], 1] + \
+        [train.MEASURE_OPTIONS[m]["every_n_evals"] for m in costly]
     # the detector always: it records every scalar and writes the summary, with or without measures
     assert [type(cb).__name__ for cb in train.build_measure_callbacks([], run_info={})] == ["PrecursorDetector"]

@@ -1,6 +1,6 @@
 """sweep.py and the one definition of finished (launch.run_state): planning (names, budgets, what is finished or
 resumable) on hand-made run folders, and one real tiny run that the sweep starts on a local Ray, extends by
-resuming, then skips."""
+resuming, then skips; a training function's grid on the command line (--function, --grid) and its errors."""
 
 from __future__ import annotations
 
@@ -162,3 +162,49 @@ def test_a_bad_address_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit):
         sweep.main(["--tasks", "sort", "--logdir", str(tmp_path), "--address", "auto", "--engine", "submitit"])
     assert "--address joins a Ray cluster: it needs --engine ray" in capsys.readouterr().err
+
+
+def test_a_grid_reads_values_as_json_else_as_strings() -> None:
+    assert sweep.parse_grid(["lr=0.001,3e-3", "seed=0,1", "wd=true,null", "family=recall,sum3"]) == {
+        "lr": [0.001, 0.003], "seed": [0, 1], "wd": [True, None], "family": ["recall", "sum3"]}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--grid", "seed=0", "--seeds", "1"], "--seeds apply to train.py sweeps (--tasks), not to --function"),
+     (["--grid", "seed=0", "--extra-args", "--measures", "none"], "--extra-args apply to train.py sweeps"),
+     (["--grid", "seed"], "--grid takes KEY=V1,V2,... items, got 'seed'"),
+     (["--grid", "seed=0,", "lr=1"], "--grid 'seed=0,' has an empty value"),
+     (["--grid", "seed=0", "seed=1"], "--grid gives 'seed' twice"),
+     (["--grid", "trial_dir=a"], "grid key 'trial_dir' is reserved"),
+     (["--grid", "seed=0", "--function", "examples.sweep_function:nothing"], "has no 'nothing'")],
+)
+def test_function_sweep_errors_come_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   flags: list[str], message: str) -> None:
+    with pytest.raises(SystemExit):
+        sweep.main(["--function", "examples.sweep_function:train", "--logdir", str(tmp_path), *flags])
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_grid_needs_a_function_and_a_function_takes_no_tasks(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        sweep.main(["--tasks", "sort", "--grid", "seed=0", "--logdir", str(tmp_path)])
+    assert "--grid gives a training function's settings: it needs --function" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sweep.main(["--tasks", "sort", "--function", "examples.sweep_function:train", "--logdir", str(tmp_path)])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_function_sweep_dry_run_lists_its_grid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sweep.main(["--function", "examples.sweep_function:train", "--grid", "lr=0.002,0.004", "seed=0,1",
+                       "--logdir", str(tmp_path), "--dry-run"]) == []
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == ["lr=0.002,seed=0", "lr=0.002,seed=1", "lr=0.004,seed=0",
+                                                   "lr=0.004,seed=1"]
+    assert " run " in lines[0] and "(new run)" in lines[0]
+    config = json.loads(lines[3].split("examples.sweep_function:train(", 1)[1].removesuffix(")"))
+    assert config == {"lr": 0.004, "seed": 1, "trial_dir": str(tmp_path.absolute() / "lr=0.004,seed=1"),
+                      "resume_from": None}
+    assert not any(tmp_path.iterdir())

@@ -55,18 +55,19 @@ def test_bad_measures_and_steps_are_errors() -> None:
 def test_measures_and_their_options_are_the_measured_choices() -> None:
     """Generated from the measure registry (capgeo_callbacks.registry), they are what train.py has always used:
     a run's values do not change with the registry."""
-    assert (train.MEASURES, train.DEFAULT_MEASURES) == (("rankme", "probes", "grad_rank", "hessian", "llc"),
-                                                        ("rankme", "probes"))
+    assert (train.MEASURES, train.DEFAULT_MEASURES) == (
+        ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc"), ("rankme", "probes", "weight_norm"))
     layers, options = ("model.blocks.*", "model.norm_f"), train.MEASURE_OPTIONS
     assert options == {
         "rankme": {"every_n_evals": 1, "layers": layers, "selector": "first_answer", "num_rows": 512},
         "probes": {"every_n_evals": 4, "layers": layers, "num_rows": 2048},
+        "weight_norm": {"every_n_evals": 1},
         "grad_rank": {"every_n_evals": 4, "batch_size": 64},
         "hessian": {"every_n_evals": 16, "k": 1, "num_iterations": 20, "batch_size": 64},
         "llc": {"every_n_evals": 32, "num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
     }
     assert [train.resolve_measures(spec) for spec in ("default", "none", "all", "llc,rankme")] == [
-        ["rankme", "probes"], [], list(train.MEASURES), ["llc", "rankme"]]
+        ["rankme", "probes", "weight_norm"], [], list(train.MEASURES), ["llc", "rankme"]]
     callbacks = train.build_measure_callbacks(["llc", "rankme"], run_info={}, answer_len=1)
     assert [type(cb).__name__ for cb in callbacks] == ["RankMeMonitor", "LLCMonitor", "PrecursorDetector"]
     assert callbacks[-1].settings is train.SETTINGS

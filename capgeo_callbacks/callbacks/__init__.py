@@ -9,6 +9,7 @@ from capgeo_callbacks.callbacks.llc_monitor import LLCMonitor
 from capgeo_callbacks.callbacks.precursor_detector import PrecursorDetector
 from capgeo_callbacks.callbacks.rankme_monitor import RankMeMonitor
 from capgeo_callbacks.callbacks.step_progress_bar import StepProgressBar
+from capgeo_callbacks.callbacks.weight_norm_monitor import WeightNormMonitor
 from capgeo_callbacks.run.failures import never_fails
 
 __all__ = [
@@ -22,5 +23,6 @@ __all__ = [
     "PrecursorDetector",
     "RankMeMonitor",
     "StepProgressBar",
+    "WeightNormMonitor",
     "never_fails",
 ]

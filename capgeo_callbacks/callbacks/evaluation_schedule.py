@@ -6,6 +6,7 @@ Validate at chosen training steps, from step 0 (the initialised model) on, inste
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,20 +34,20 @@ class EvaluationSchedule(Callback):
     Args:
         steps: the steps to validate at; default :func:`~capgeo_callbacks.run.schedule.evaluation_steps` of
             ``max_steps`` with ``points`` and ``schedule``.
-        max_steps: the budget the schedule spans (default: the trainer's ``max_steps``; a run stopped early
-            with a smaller ``max_steps`` still follows the whole budget's schedule when this is given).
+        max_steps: the budget the schedule spans (default: the trainer's ``max_steps``, else, under ``max_epochs``,
+            its ``estimated_stepping_batches``; a run stopped early with a smaller ``max_steps`` still follows the
+            whole budget's schedule when this is given).
         points: evaluations over the budget (about; see ``evaluation_steps``).
         schedule: ``"geometric"`` or ``"linear"``.
 
     Raises:
-        ValueError: on a bad argument, or in ``setup`` if neither ``steps``, ``max_steps`` nor the trainer's
-            ``max_steps`` gives a budget.
+        ValueError: on a bad argument, or in ``setup`` if neither ``steps``, ``max_steps`` nor the trainer
+            (``max_steps``, or ``max_epochs`` over a training set of known length) gives a budget.
         RuntimeError: in ``setup``, on a Lightning version whose fit loop has no validation decision to replace.
 
     Example::
 
-        trainer = Trainer(max_steps=3000, val_check_interval=1, check_val_every_n_epoch=None,
-                          callbacks=[RankMeMonitor(), PrecursorDetector(), EvaluationSchedule()])
+        trainer = Trainer(max_epochs=20, callbacks=[RankMeMonitor(), PrecursorDetector(), EvaluationSchedule()])
     """
 
     def __init__(self, steps: Sequence[int] | None = None, *, max_steps: int | None = None, points: int = 256,
@@ -71,10 +72,10 @@ class EvaluationSchedule(Callback):
         if stage != "fit":
             return
         if self.steps is None:
-            budget = self.max_steps if self.max_steps is not None else trainer.max_steps
+            budget = self.max_steps if self.max_steps is not None else step_budget(trainer)
             if budget is None or budget < 1:
                 raise ValueError("EvaluationSchedule needs a budget: pass steps=[...] or max_steps=N, or give the "
-                                 "Trainer max_steps")
+                                 "Trainer max_steps, or max_epochs with a training set of known length")
             self.steps = evaluation_steps(budget, self.points, self.schedule)
             self._scheduled = frozenset(self.steps)
         loop = trainer.fit_loop.epoch_loop
@@ -120,3 +121,14 @@ class EvaluationSchedule(Callback):
         if saved and self.steps is None:
             self.steps = [int(s) for s in saved]
             self._scheduled = frozenset(self.steps)
+
+
+def step_budget(trainer: pl.Trainer) -> int | None:
+    """The optimizer steps the trainer will take: its ``max_steps``, else its estimate under ``max_epochs`` (None
+    where it has none: an endless run, or a training set of unknown length without ``max_steps``)."""
+    if trainer.max_steps is not None and trainer.max_steps > 0:
+        return trainer.max_steps
+    estimated = trainer.estimated_stepping_batches  # loads the training set where it is not loaded yet
+    if not isinstance(estimated, (int, float)) or not math.isfinite(estimated) or estimated < 1:
+        return None
+    return int(estimated)

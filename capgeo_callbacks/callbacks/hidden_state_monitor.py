@@ -13,12 +13,14 @@ from functools import cached_property
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import MeasureCallback
 from capgeo_callbacks.callbacks.distributed import gather_rows
 from capgeo_callbacks.capture.hooks import LabelsFn
+from capgeo_callbacks.capture.layers import describe_blocks
 from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.capture.unit import HiddenStateUnit
 from capgeo_callbacks.run.failures import never_fails
@@ -33,9 +35,11 @@ class HiddenStateMonitor(MeasureCallback):
     ``unit`` (:class:`~capgeo_callbacks.capture.unit.RankMeUnit`, :class:`~capgeo_callbacks.capture.unit.ProbeUnit`).
 
     Args:
-        layers: module names or globs over ``pl_module.named_modules()``.
-        selector: token rows (docs/design.md, "RankMe rows").
-        num_rows: rows per layer.
+        layers: module names or globs over ``pl_module.named_modules()``; None: the transformer's blocks and final
+            norm, found at ``setup`` (:func:`~capgeo_callbacks.capture.layers.find_blocks`) and said once in the log.
+        selector: token rows (docs/design.md, "RankMe rows"); None: what the first validation batch supports, said
+            once in the log.
+        num_rows: rows per layer (None: the first 2048 the validation pass gives, or all it has).
         every_n_evals: measure at every n-th validation.
         mask_key: batch key of the answer mask, for the answer selectors.
         prefix: tag prefix, without ``/``.
@@ -43,19 +47,22 @@ class HiddenStateMonitor(MeasureCallback):
         unit: the measuring unit itself (then ``selector`` to ``labels_fn`` are its own, not these).
 
     Raises:
-        ValueError: on a bad argument, or in ``setup`` if a layer pattern matches no module.
+        ValueError: on a bad argument, or in ``setup`` if a layer pattern matches no module or, with no ``layers``, if
+            no stack of blocks is found.
     """
 
     min_rows = 2  # fewer rows than this are not measured (of a unit built from the arguments)
 
-    def __init__(self, layers: str | Sequence[str], selector: Selector = "first_answer", num_rows: int = 2048,
-                 every_n_evals: int = 1, mask_key: str = "answer_mask", prefix: str = "hidden",
-                 labels_fn: LabelsFn | None = None, *, unit: HiddenStateUnit | None = None) -> None:
+    def __init__(self, layers: str | Sequence[str] | None, selector: Selector | None = None,
+                 num_rows: int | None = None, every_n_evals: int = 1, mask_key: str = "answer_mask",
+                 prefix: str = "hidden", labels_fn: LabelsFn | None = None, *,
+                 unit: HiddenStateUnit | None = None) -> None:
         super().__init__(every_n_evals)
-        patterns = [layers] if isinstance(layers, str) else list(layers)
-        if not patterns or not all(isinstance(p, str) and p for p in patterns):
+        patterns = None if layers is None else [layers] if isinstance(layers, str) else list(layers)
+        if patterns is not None and (not patterns or not all(isinstance(p, str) and p for p in patterns)):
             raise ValueError(f"layers must be module names or globs (non-empty strings), got {layers!r}")
-        self.layer_patterns = patterns
+        self.layer_patterns: list[str] | None = patterns  # None: the blocks find_blocks finds at setup
+        self._said_layers = False
         self.unit = unit if unit is not None else HiddenStateUnit(
             selector, num_rows, mask_key=mask_key, prefix=prefix, labels_fn=labels_fn, measure=self.measure_rows,
             min_rows=self.min_rows)
@@ -85,7 +92,11 @@ class HiddenStateMonitor(MeasureCallback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.unit.watch_modules(pl_module, self.layer_patterns)  # raises: configuration error
+        self.unit.watch_modules(pl_module, self.layer_patterns)  # raises: configuration error, naming what to pass
+        if self.layer_patterns is None and not self._said_layers:
+            self._said_layers = True
+            rank_zero_info(f"{type(self).__name__} watches {describe_blocks(self.layer_names)}: found in "
+                           f"{type(pl_module).__name__}; pass layers=[...] to choose")
 
     @override
     @never_fails
@@ -98,6 +109,9 @@ class HiddenStateMonitor(MeasureCallback):
     def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                                   batch_idx: int, dataloader_idx: int = 0) -> None:
         if self.unit.is_attached:
+            if self.unit.selector is None and dataloader_idx == 0:
+                rank_zero_info(f"{type(self).__name__} reads the rows {self.unit.choose_selector(batch)!r} (what the "
+                               "validation batches hold); pass selector=... to choose")
             self.unit.update(batch if dataloader_idx == 0 else None)
 
     @override
@@ -121,7 +135,8 @@ class HiddenStateMonitor(MeasureCallback):
     @property
     def config(self) -> dict[str, Any]:
         """How this monitor measures: what offline analysis reads to measure the same layers and rows again."""
-        return {"layers": list(self.layer_patterns), **self.unit.config, "every_n_evals": self.every_n_evals}
+        return {"layers": list(self.layer_patterns or self.layer_names), **self.unit.config,
+                "every_n_evals": self.every_n_evals}
 
     @override
     def state_dict(self) -> dict[str, Any]:

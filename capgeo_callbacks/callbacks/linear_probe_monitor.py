@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
 from capgeo_callbacks.capture.hooks import LabelsFn
-from capgeo_callbacks.capture.layers import DEFAULT_LAYERS
 from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.capture.unit import ProbeUnit
 
@@ -34,8 +33,10 @@ class LinearProbeMonitor(HiddenStateMonitor):
     for, and the probe is left out.
 
     Args:
-        layers: module names or globs over ``pl_module.named_modules()`` (as for ``RankMeMonitor``).
-        num_rows: rows per layer (half fit, half scored).
+        layers: module names or globs over ``pl_module.named_modules()`` (as for ``RankMeMonitor``; default: the
+            transformer's blocks and final norm, found at ``setup``).
+        num_rows: rows per layer (half fit, half scored). Default: the first 2048 rows the validation pass gives,
+            or all it has; fewer than a number you set is said once.
         every_n_evals: measure at every n-th validation.
         mask_key: batch key of capgeo's answer mask.
         target_key: batch key of the targets the ``answer`` selector's labels come from.
@@ -49,22 +50,24 @@ class LinearProbeMonitor(HiddenStateMonitor):
 
     Raises:
         ValueError: on a bad argument (a selector other than ``"target"`` or ``"answer"`` without ``labels_fn``),
-            or in ``setup`` if a layer pattern matches no module (the message lists the closest names).
+            or in ``setup`` if a layer pattern matches no module (the message lists the closest names) or, with no
+            ``layers``, if no stack of blocks is found.
 
     Logged keys:
         ``probe_acc/<layer>`` for each watched layer, named as by ``RankMeMonitor``.
 
     Example::
 
-        probes = LinearProbeMonitor(layers="model.norm")  # (inputs, targets) batches: nothing else to say
+        probes = LinearProbeMonitor()  # the blocks found, labels from (inputs, targets) batches: nothing to say
+        probes = LinearProbeMonitor(layers="model.norm", num_rows=512)
         probes = LinearProbeMonitor(layers="encoder.layers.*", selector="mean", labels_fn=lambda b: b["y"])
         trainer = Trainer(callbacks=[probes])
     """
 
     def __init__(
         self,
-        layers: str | Sequence[str] = DEFAULT_LAYERS,
-        num_rows: int = 2048,
+        layers: str | Sequence[str] | None = None,
+        num_rows: int | None = None,
         every_n_evals: int = 1,
         mask_key: str = "answer_mask",
         target_key: str = "targets",

@@ -20,7 +20,7 @@ from capgeo_callbacks.callbacks.base import MeasureCallback, measurements_of
 from capgeo_callbacks.detection import Alert, DetectionSettings
 from capgeo_callbacks.keys import LOGPROB, LR, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.loggers import TrainerPublisher
-from capgeo_callbacks.rules import Rule
+from capgeo_callbacks.rules import Rule, default_rules
 from capgeo_callbacks.run.failures import WarnOnce, never_fails
 from capgeo_callbacks.run.session import RunSession
 
@@ -31,7 +31,7 @@ class PrecursorDetector(Callback):
     At every validation it records the monitored accuracy (like ``EarlyStopping``'s ``monitor``) and every logged
     scalar under ``record``, with the mean training loss since the previous evaluation and the learning rate, and
     hands them to its :class:`~capgeo_callbacks.run.session.RunSession` with the series of the measure callbacks
-    (:class:`~capgeo_callbacks.RankMeMonitor`, ...). The session runs the rules (default: the study's rule; see
+    (:class:`~capgeo_callbacks.RankMeMonitor`, ...). The session runs the rules (default:
     :func:`~capgeo_callbacks.rules.default_rules`), announces each alert once (a text entry ``capgeo/alerts`` in
     every logger, a W&B alert, a ``logging`` warning on the ``capgeo`` logger, ``on_alert(alert)``), logs each
     forecast as ``forecast/<rule>``, and at the end of fitting writes ``capgeo_summary.json`` to the run's log
@@ -48,11 +48,13 @@ class PrecursorDetector(Callback):
         live_figures: also publish the story card where a rule first warns and where acquisition is confirmed (the
             full story figure and the heatmap are drawn at the end either way).
         record: prefixes of the logged scalars recorded at every evaluation (beside the accuracy), so any rule
-            can be re-scored from the summary alone.
+            can be re-scored from the summary alone: a step-logged scalar (``train/acc``) is recorded as its latest
+            value; ``train/loss`` is always the mean training loss since the previous evaluation.
         token_acc_monitor: per-token accuracy key, for the chance label (``None`` to skip).
-        rules: the rules run live (:mod:`capgeo_callbacks.rules`; :func:`~capgeo_callbacks.rules.default_rules` is
-            capgeo's recommendation); a rule whose inputs the run lacks says so once, at the first evaluation, and
-            is left out.
+        rules: the rules run live (:mod:`capgeo_callbacks.rules`; default:
+            :func:`~capgeo_callbacks.rules.default_rules`, capgeo's recommendation); a rule whose inputs the run lacks
+            is left out and says so once, at the first evaluation: as a warning where you chose it, in the
+            ``capgeo`` log (INFO) where it is a default.
         loss_monitor: validation loss key (``None`` to skip). ``logprob_monitor``, ``token_acc_monitor`` and
             ``loss_monitor`` are recorded whatever their prefix, under capgeo's names ``val/logprob``,
             ``val/token_acc`` and ``val/loss``, which the rules read.
@@ -75,15 +77,18 @@ class PrecursorDetector(Callback):
     def __init__(self, monitor: str = VAL_ACC, logprob_monitor: str | None = LOGPROB, rankme_prefix: str = RANKME,
                  settings: DetectionSettings | None = None, on_alert: Callable[[Alert], Any] | None = None,
                  run_info: Mapping[str, Any] | None = None, live_figures: bool = True,
-                 record: Sequence[str] = ("val/",),
+                 record: Sequence[str] = ("val/", "train/"),
                  token_acc_monitor: str | None = TOKEN_ACC, rules: Sequence[Rule] | None = None,
                  loss_monitor: str | None = VAL_LOSS) -> None:
         if isinstance(record, str) or not all(isinstance(prefix, str) and prefix for prefix in record):
             raise ValueError(f"record must be a sequence of non-empty tag prefixes (e.g. ('val/',)), got {record!r}")
         self.record = tuple(record)
+        chosen = rules is not None
+        rules = default_rules(settings, rankme_prefix) if rules is None else rules
         self.session = RunSession(rules, settings, run_info, monitor=monitor, logprob_key=logprob_monitor,
                                   token_acc_key=token_acc_monitor, rankme_prefix=rankme_prefix, on_alert=on_alert,
-                                  live_figures=live_figures, warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor)
+                                  live_figures=live_figures, warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor,
+                                  rules_chosen=chosen)
         self._loss_sum, self._loss_count = 0.0, 0  # training losses since the previous evaluation
         # this interval's losses, still tensors: read on the host only at an evaluation (no device sync in a step)
         self._loss_pending: list[torch.Tensor] = []
@@ -112,6 +117,8 @@ class PrecursorDetector(Callback):
     @override
     @never_fails
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if "max_steps" not in self.session.run_info and trainer.max_steps > 0:  # the budget rules and scorers read
+            self.session.add_run_info({"max_steps": trainer.max_steps})
         tags = [tag for cb in trainer.callbacks if isinstance(cb, MeasureCallback) for tag in cb.tags]
         self.session.start(TrainerPublisher(trainer, self.session.warn), tags)
 

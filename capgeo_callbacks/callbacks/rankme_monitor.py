@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
-from capgeo_callbacks.capture.layers import DEFAULT_LAYERS
 from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.capture.unit import RankMeUnit
 
@@ -29,14 +28,18 @@ class RankMeMonitor(HiddenStateMonitor):
 
     Args:
         layers: module names or globs over ``pl_module.named_modules()`` (``*`` is one name component,
-            ``**`` any depth). The default watches every ``blocks.<i>`` and ``norm_f`` at any depth:
-            capgeo's models' residual stream after each block and the final norm.
+            ``**`` any depth). Default: the transformer's blocks and final norm, found at ``setup`` in the common
+            layouts (:func:`~capgeo_callbacks.capture.layers.find_blocks`: Hugging Face Llama, GPT-2, GPT-NeoX and
+            BERT, ``torch.nn.TransformerEncoder``, timm ViT, capgeo's own) and said once in the log.
         selector: token rows: ``"first_answer"`` (one row per example, the position predicting the first answer
-            token, ``batch[mask_key]``'s first true position: the default, a measured choice, docs/design.md),
-            ``"answer"`` (every answer position),
+            token, ``batch[mask_key]``'s first true position: a measured choice on capgeo's tasks, docs/design.md),
+            ``"answer"`` (every answer position), ``"target"`` (the positions that predict a target of the batch),
             ``"question_mean"``, ``"last"`` (last real token by ``attention_mask``), ``"mean"``, ``"all"``,
-            or a callable ``(hidden, batch) -> rows``.
-        num_rows: rows per layer (RankMe is only comparable at equal N; the summary records it).
+            or a callable ``(hidden, batch) -> rows``. Default: what the first validation batch supports
+            (:func:`~capgeo_callbacks.capture.selectors.default_selector`: ``first_answer`` with an answer mask,
+            ``target`` with targets, else ``mean``), said once in the log.
+        num_rows: rows per layer (RankMe is only comparable at equal N; the summary records it). Default: the
+            first 2048 rows the validation pass gives, or all it has; fewer than a number you set is said once.
         every_n_evals: measure at every n-th validation.
         mask_key: batch key of the answer mask for the answer selectors.
         eps: RankMe's epsilon.
@@ -44,7 +47,8 @@ class RankMeMonitor(HiddenStateMonitor):
 
     Raises:
         ValueError: on a bad argument, or in ``setup`` if a layer pattern matches no module (the message
-            lists the closest module names).
+            lists the closest module names) or, with no ``layers``, if no stack of blocks is found (the message
+            names what was looked for).
 
     Logged keys:
         ``rankme/<layer>`` for each watched layer, where ``<layer>`` is the module name without the
@@ -53,15 +57,15 @@ class RankMeMonitor(HiddenStateMonitor):
 
     Example::
 
-        trainer = Trainer(callbacks=[RankMeMonitor(layers=["encoder.layers.*"], selector="mean"),
-                                     PrecursorDetector()])
+        trainer = Trainer(callbacks=[RankMeMonitor(), PrecursorDetector()])  # blocks and rows found
+        RankMeMonitor(layers=["encoder.layers.*"], selector="mean")  # or say which
     """
 
     def __init__(
         self,
-        layers: str | Sequence[str] = DEFAULT_LAYERS,
-        selector: Selector = "first_answer",
-        num_rows: int = 2048,
+        layers: str | Sequence[str] | None = None,
+        selector: Selector | None = None,
+        num_rows: int | None = None,
         every_n_evals: int = 1,
         mask_key: str = "answer_mask",
         eps: float = 1e-7,

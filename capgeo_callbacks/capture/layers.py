@@ -1,4 +1,4 @@
-"""Resolving watched layers by module name or glob, and reading their outputs."""
+"""Resolving watched layers by module name or glob, finding a transformer's blocks, and reading their outputs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,20 @@ from collections.abc import Iterable, Sequence
 from torch import Tensor, nn
 
 DEFAULT_LAYERS = ("**.blocks.*", "**.norm_f")  # capgeo's transformer: the residual stream of each block, final norm
+
+# The layouts find_blocks knows: the attribute holding a transformer's stack of blocks, and the names its final norm
+# goes by beside that stack.
+BLOCK_STACKS = ("layers", "h", "layer", "blocks")
+FINAL_NORMS = ("norm", "ln_f", "final_layer_norm", "norm_f")
+KNOWN_LAYOUTS = (
+    "Hugging Face Llama-style 'model.layers' + 'model.norm'",
+    "GPT-2 'transformer.h' + 'transformer.ln_f'",
+    "GPT-NeoX 'gpt_neox.layers' + 'gpt_neox.final_layer_norm'",
+    "BERT 'encoder.layer'",
+    "torch.nn.TransformerEncoder 'layers' + 'norm'",
+    "timm ViT 'blocks' + 'norm'",
+    "capgeo's 'blocks' + 'norm_f'",
+)
 
 
 def _match(pattern: list[str], name: list[str]) -> bool:
@@ -49,6 +63,77 @@ def resolve_layers(model: nn.Module, patterns: str | Sequence[str]) -> list[str]
             )
         matched |= hits
     return [name for name in names if name in matched]
+
+
+class BlocksNotFound(ValueError):
+    """No single stack of transformer blocks was found in a model (:func:`find_blocks`)."""
+
+
+def _stack(module: nn.Module | None) -> list[str]:
+    """The child names of a stack of blocks: an ``nn.ModuleList`` or ``nn.Sequential`` of modules of one class
+    (an MLP's ``Sequential(Linear, ReLU, Linear)`` is not one); empty for anything else."""
+    if not isinstance(module, (nn.ModuleList, nn.Sequential)):
+        return []
+    children = {name: child for name, child in module.named_children()}
+    if not children or len({type(child) for child in children.values()}) != 1:
+        return []
+    return list(children)
+
+
+def _norm(module: nn.Module | None) -> bool:
+    return isinstance(module, nn.Module) and not isinstance(module, nn.Identity)  # timm's norm under avg pooling
+
+
+def find_blocks(model: nn.Module) -> list[str]:
+    """The module names of a transformer's blocks, in order, and of its final norm where it has one.
+
+    Looks for a stack of blocks (:data:`BLOCK_STACKS`: ``layers``, ``h``, ``layer`` or ``blocks``, an
+    ``nn.ModuleList`` or ``nn.Sequential`` of modules of one class) with a final norm beside it
+    (:data:`FINAL_NORMS`: ``norm``, ``ln_f``, ``final_layer_norm`` or ``norm_f``), at any depth, so a model held by a
+    ``LightningModule`` attribute is found too (``self.model = LlamaForCausalLM(...)``: ``model.model.layers.0``,
+    ..., ``model.model.norm``). The layouts this covers: :data:`KNOWN_LAYOUTS`. The shallowest stack is taken.
+
+    Raises:
+        BlocksNotFound: when there is no such stack, or several at the same depth (an encoder and a decoder, two
+            towers); the message names what was looked for, what was found and how to pass ``layers=``.
+
+    Example::
+
+        find_blocks(GPT2LMHeadModel(config))  # ['transformer.h.0', ..., 'transformer.h.11', 'transformer.ln_f']
+    """
+    stacks: list[tuple[int, str, list[str]]] = []  # (depth, the stack's name, its blocks and final norm)
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        for attribute in BLOCK_STACKS:
+            children = _stack(module._modules.get(attribute))
+            if not children:
+                continue
+            norm = next((f"{prefix}{n}" for n in FINAL_NORMS if _norm(module._modules.get(n))), None)
+            blocks = [f"{prefix}{attribute}.{child}" for child in children]
+            stacks.append((prefix.count(".") + 1, f"{prefix}{attribute}", blocks + ([norm] if norm else [])))
+    if not stacks:
+        top = ", ".join(name for name, _ in model.named_children()) or "none"
+        raise BlocksNotFound(
+            f"found no transformer blocks in {type(model).__name__}: looked for a stack (nn.ModuleList or "
+            f"nn.Sequential of one block class) named {', '.join(BLOCK_STACKS)}, with a final norm beside it named "
+            f"{', '.join(FINAL_NORMS)} (the layouts of {'; '.join(KNOWN_LAYOUTS)}); its top-level modules: {top}. "
+            "Pass layers=[...]: module names or globs over model.named_modules(), e.g. "
+            "layers=['encoder.layers.*', 'encoder.norm']")
+    shallowest = min(depth for depth, _, _ in stacks)
+    found = [(stack, names) for depth, stack, names in stacks if depth == shallowest]
+    if len(found) > 1:
+        listed = ", ".join(f"{describe_blocks(names)}" for _, names in found)
+        raise BlocksNotFound(f"found several stacks of blocks in {type(model).__name__} at the same depth: {listed}; "
+                             f"say which to watch, e.g. layers=['{found[0][0]}.*']")
+    return found[0][1]
+
+
+def describe_blocks(names: Sequence[str]) -> str:
+    """What :func:`find_blocks` found, in words: ``model.layers.0 to model.layers.3 (4 blocks) and model.norm``."""
+    blocks, norm = (names[:-1], names[-1]) if len(names) > 1 and not names[-1].rsplit(".", 1)[-1].isdigit() \
+        else (names, None)
+    text = f"{blocks[0]} to {blocks[-1]} ({len(blocks)} blocks)" if len(blocks) > 1 else f"{blocks[0]} (1 block)"
+    return text + (f" and the final norm {norm}" if norm else " (no final norm)")
 
 
 def closest_names(query: str, names: Iterable[str], limit: int = 5) -> list[str]:

@@ -31,6 +31,20 @@ def validate_selector(selector: Any) -> None:
                          "(hidden, batch) -> rows")
 
 
+def default_selector(batch: Any, mask_key: str = "answer_mask") -> str:
+    """The rows a batch supports, for a monitor given no selector: ``first_answer`` where the batch holds capgeo's
+    answer mask ``batch[mask_key]`` (the measured choice on capgeo's tasks, docs/design.md, "RankMe rows"),
+    ``target`` where it holds targets (:func:`~capgeo_callbacks.capture.batches.find_targets`: the positions that
+    predict one, or one pooled row per example), else ``mean`` (every hidden-state shape has one)."""
+    if isinstance(batch, Mapping) and isinstance(batch.get(mask_key), Tensor):
+        return "first_answer"
+    try:
+        find_targets(batch, mask_key)
+    except TargetsNotFound:
+        return "mean"
+    return "target"
+
+
 def selector_name(selector: Selector) -> str:
     """A selector's name for summaries (a callable's qualified name)."""
     return selector if isinstance(selector, str) else getattr(selector, "__qualname__", type(selector).__name__)

@@ -20,12 +20,14 @@ from torch import Tensor, nn
 
 from capgeo_callbacks.capture.batches import answer_labels, target_labels
 from capgeo_callbacks.capture.hooks import HiddenStateCapture, LabelsFn
-from capgeo_callbacks.capture.layers import resolve_layers, short_names
-from capgeo_callbacks.capture.selectors import Selector, selector_name, validate_selector
+from capgeo_callbacks.capture.layers import find_blocks, resolve_layers, short_names
+from capgeo_callbacks.capture.selectors import Selector, default_selector, selector_name, validate_selector
 from capgeo_callbacks.measures.probes import held_out_probe_accuracy
 from capgeo_callbacks.measures.rankme import rankme
 
-__all__ = ["Computed", "HiddenStateUnit", "MeasureFn", "ProbeUnit", "RankMeUnit"]
+__all__ = ["DEFAULT_NUM_ROWS", "Computed", "HiddenStateUnit", "MeasureFn", "ProbeUnit", "RankMeUnit"]
+
+DEFAULT_NUM_ROWS = 2048  # rows per layer when none is set: the first 2048 the batches give, or all they have
 
 WarnFn = Callable[[str, str], Any]
 MeasureFn = Callable[[str, Tensor, Tensor | None, int | None], float | None]
@@ -55,8 +57,11 @@ class HiddenStateUnit:
     """One hidden-state measure of the watched layers (module docstring); subclasses say how rows become a value.
 
     Args:
-        selector: token rows (:func:`~capgeo_callbacks.capture.selectors.select_rows`).
+        selector: token rows (:func:`~capgeo_callbacks.capture.selectors.select_rows`); None: what the first batch
+            supports (:func:`~capgeo_callbacks.capture.selectors.default_selector`, chosen by :meth:`choose_selector`).
         num_rows: rows kept per layer: the first ones seen, so an unshuffled probe set gives the same rows each time.
+            None: :data:`DEFAULT_NUM_ROWS`, and fewer rows than that are measured without a word (fewer than a
+            number given are said once).
         mask_key: batch key of the answer mask, for the answer selectors.
         prefix: tag prefix, without ``/``.
         labels_fn: ``labels_fn(batch)`` gives one integer label per selected row, kept beside the rows.
@@ -71,9 +76,9 @@ class HiddenStateUnit:
 
     min_rows: int = 2
 
-    def __init__(self, selector: Selector, num_rows: int, *, mask_key: str = "answer_mask", prefix: str,
-                 labels_fn: LabelsFn | None = None, warn: WarnFn | None = None, measure: MeasureFn | None = None,
-                 min_rows: int | None = None) -> None:
+    def __init__(self, selector: Selector | None, num_rows: int | None, *, mask_key: str = "answer_mask",
+                 prefix: str, labels_fn: LabelsFn | None = None, warn: WarnFn | None = None,
+                 measure: MeasureFn | None = None, min_rows: int | None = None) -> None:
         if min_rows is not None:
             if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
                 raise ValueError(f"min_rows must be an integer >= 1, got {min_rows!r}")
@@ -81,7 +86,10 @@ class HiddenStateUnit:
         if measure is not None and not callable(measure):
             raise ValueError(f"measure must be callable (layer, rows, labels, step) -> value, got {measure!r}")
         self._measure = measure
-        validate_selector(selector)
+        if selector is not None:  # None: chosen from the first batch
+            validate_selector(selector)
+        self.rows_given = num_rows is not None
+        num_rows = DEFAULT_NUM_ROWS if num_rows is None else num_rows
         if isinstance(num_rows, bool) or not isinstance(num_rows, int) or num_rows < self.min_rows:
             raise ValueError(f"num_rows must be an integer >= {self.min_rows}, got {num_rows!r}")
         if not isinstance(prefix, str) or not prefix or "/" in prefix:
@@ -96,7 +104,14 @@ class HiddenStateUnit:
 
     @property
     def selector_name(self) -> str:
-        return selector_name(self.selector)
+        return "auto" if self.selector is None else selector_name(self.selector)
+
+    def choose_selector(self, batch: Any) -> Selector:
+        """The selector, chosen from ``batch`` where none was given (what it holds: ``first_answer`` with an answer
+        mask, ``target`` with targets, else ``mean``); the one given otherwise."""
+        if self.selector is None:
+            self.selector = self.capture.selector = default_selector(batch, self.mask_key)
+        return self.selector
 
     @property
     def tags(self) -> list[str]:
@@ -106,21 +121,23 @@ class HiddenStateUnit:
     @property
     def config(self) -> dict[str, Any]:
         """How this unit measures (what a checkpoint records, so that offline analysis measures the same rows)."""
-        return {"selector": self.selector_name, "num_rows": self.num_rows, "prefix": self.prefix,
-                "mask_key": self.mask_key}
+        selector = None if self.selector is None else self.selector_name  # None: not chosen yet
+        return {"selector": selector, "num_rows": self.num_rows, "prefix": self.prefix, "mask_key": self.mask_key}
 
     def watch(self, layers: Sequence[str] | Mapping[str, str]) -> None:
         """The layers to measure: names (tagged without the components they all share, ``model.blocks.0`` ->
         ``blocks.0``), or ``name -> tag name``."""
         self.layers = dict(layers) if isinstance(layers, Mapping) else short_names(list(layers))
 
-    def watch_modules(self, model: nn.Module, patterns: Sequence[str]) -> None:
-        """Watch the modules of ``model`` that ``patterns`` (names or globs) match.
+    def watch_modules(self, model: nn.Module, patterns: Sequence[str] | None) -> None:
+        """Watch the modules of ``model`` that ``patterns`` (names or globs) match; None: the transformer's blocks and
+        final norm (:func:`~capgeo_callbacks.capture.layers.find_blocks`).
 
         Raises:
-            ValueError: if a pattern matches no module (the message lists the closest names).
+            ValueError: if a pattern matches no module (the message lists the closest names), or with no patterns if
+                no stack of blocks is found (the message names what was looked for).
         """
-        self.watch(resolve_layers(model, patterns))
+        self.watch(find_blocks(model) if patterns is None else resolve_layers(model, patterns))
 
     @property
     def is_attached(self) -> bool:
@@ -147,7 +164,10 @@ class HiddenStateUnit:
 
     def update(self, batch: Any, hidden: Mapping[str, Tensor] | None = None) -> None:
         """One batch: with hooks attached, the batch the next forward pass runs on (``None``: keep nothing from it);
-        with ``hidden``, that batch's hidden states by watched layer (a framework that returns them)."""
+        with ``hidden``, that batch's hidden states by watched layer (a framework that returns them). A unit given
+        no selector chooses it from the first batch."""
+        if batch is not None:
+            self.choose_selector(batch)
         self.capture.set_batch(batch)
         for name, states in (hidden or {}).items():
             if name in self.layers:
@@ -194,7 +214,7 @@ class HiddenStateUnit:
             self.warn(f"empty:{layer}", f"{count} row{'' if count == 1 else 's'} captured for {layer!r}, fewer than "
                       f"{self.min_rows}; skipped")
             return False
-        if count < self.num_rows:
+        if count < self.num_rows and self.rows_given:
             self.warn(f"few:{layer}", f"{layer!r} gave {count} rows, fewer than num_rows={self.num_rows}; measured on "
                       f"{count} rows")
         return True
@@ -213,16 +233,17 @@ class RankMeUnit(HiddenStateUnit):
     r"""RankMe of each watched layer's rows (:func:`~capgeo_callbacks.measures.rankme`; docs/design.md, "RankMe").
 
     Args:
-        selector: token rows.
-        num_rows: rows per layer.
+        selector: token rows (None: what the first batch supports).
+        num_rows: rows per layer (None: the first 2048, or all there are).
         mask_key: batch key of the answer mask.
         eps: RankMe's epsilon.
         prefix: tag prefix.
         warn: where problems are reported once.
     """
 
-    def __init__(self, selector: Selector = "first_answer", num_rows: int = 2048, *, mask_key: str = "answer_mask",
-                 eps: float = 1e-7, prefix: str = "rankme", warn: WarnFn | None = None) -> None:
+    def __init__(self, selector: Selector | None = None, num_rows: int | None = None, *,
+                 mask_key: str = "answer_mask", eps: float = 1e-7, prefix: str = "rankme",
+                 warn: WarnFn | None = None) -> None:
         super().__init__(selector, num_rows, mask_key=mask_key, prefix=prefix, warn=warn)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
             raise ValueError(f"eps must be a positive number, got {eps!r}")
@@ -250,7 +271,7 @@ class ProbeUnit(HiddenStateUnit):
 
     Args:
         selector: token rows: ``"target"``, ``"answer"``, or any selector with ``labels_fn``.
-        num_rows: rows per layer (half fit, half scored).
+        num_rows: rows per layer (half fit, half scored; None: the first 2048, or all there are).
         mask_key: batch key of the answer mask.
         target_key: batch key of the targets the ``answer`` selector's labels come from.
         ridge: the probe's L2 penalty on standardised features.
@@ -264,7 +285,7 @@ class ProbeUnit(HiddenStateUnit):
 
     min_rows = 4  # half to fit, half to score
 
-    def __init__(self, selector: Selector = "target", num_rows: int = 2048, *, mask_key: str = "answer_mask",
+    def __init__(self, selector: Selector = "target", num_rows: int | None = None, *, mask_key: str = "answer_mask",
                  target_key: str = "targets", ridge: float = 1e-3, labels_fn: LabelsFn | None = None,
                  prefix: str = "probe_acc", warn: WarnFn | None = None) -> None:
         if labels_fn is not None and not callable(labels_fn):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.keys import PROBE_ACC, RANKME
+from capgeo_callbacks.keys import PROBE_ACC, RANKME, WEIGHT_NORM
 
 __all__ = [
     "ALERT_LAYERS",
@@ -40,6 +40,7 @@ MEASURE_TRANSITIONS: dict[str, str] = {
     "hessian/trace": "change",
     "llc": "change",
     PROBE_ACC: "crossing",
+    WEIGHT_NORM: "change",
 }
 
 

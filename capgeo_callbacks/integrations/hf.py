@@ -32,7 +32,7 @@ from capgeo_callbacks.integrations.hf_models import (
     selected_rows,
 )
 from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
-from capgeo_callbacks.rules import Rule
+from capgeo_callbacks.rules import Rule, default_rules
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
 from capgeo_callbacks.run.session import Measurements, RunSession
@@ -45,7 +45,7 @@ except ImportError as err:  # pragma: no cover - the message is the point
                       "(or pip install 'transformers>=4.40')") from err
 
 # it imports transformers: after the check above
-from capgeo_callbacks.integrations.hf_loggers import TrainerLogs, callback_handler, put_first
+from capgeo_callbacks.integrations.hf_loggers import TrainerLogs, attach
 
 __all__ = ["ACC_KEY", "CapgeoTrainerCallback"]
 
@@ -65,17 +65,15 @@ class CapgeoTrainerCallback(TrainerCallback):
     ``labels``, unshifted as the model takes them, or capgeo's ``targets`` + ``answer_mask``), ``val/acc`` (exact
     match of the target tokens), ``val/token_acc``, ``val/logprob``, ``val/loss`` (the model's loss on the rows) and
     a linear probe per layer on the positions that predict a target (``acc_fn`` gives the accuracy instead; without
-    targets or ``acc_fn`` it is NaN, never acquired). It runs in
-    eval mode without gradients and with the RNG forked: training ends at bit-identical weights. Each measurement is
-    a log event at its step (:mod:`~capgeo_callbacks.integrations.hf_loggers`): in ``state.log_history`` and the
-    ``on_log`` of every ``report_to`` integration and user callback; text, images, the dashboard's layout and hparams
-    reach TensorBoard, MLflow and W&B; the Trainer's bar shows the run's figures. A resumed run rebuilds its series
-    from the log history. Only the world process zero announces and writes.
+    targets or ``acc_fn`` it is NaN, never acquired). It runs in eval mode without gradients and with the RNG forked:
+    training ends at bit-identical weights. Each measurement is a log event at its step
+    (:mod:`~capgeo_callbacks.integrations.hf_loggers`): in ``state.log_history`` and the ``on_log`` of every
+    ``report_to`` integration and user callback; text, images, the layout and hparams reach TensorBoard, MLflow and
+    W&B; the Trainer's bar shows the run's figures. A resumed run rebuilds its series from the log history.
 
-    Logged keys (``train/<key>`` in TensorBoard and W&B): ``rankme/<layer>``, ``probe_acc/<layer>``, ``val/acc``,
-    ``val/token_acc``, ``val/logprob``, ``val/loss``, ``forecast/<rule>``, ``rankme_early/<layer>``,
-    ``rankme_floor/<layer>``, ``capgeo/alerts_raised``; text ``capgeo/alerts``, ``capgeo/verdict``; images
-    ``capgeo/story``, ``capgeo/rankme_heatmap``.
+    Logged keys (``train/<key>`` in TensorBoard and W&B): ``rankme/``, ``probe_acc/``, ``rankme_early/`` and
+    ``rankme_floor/<layer>``, ``val/acc``, ``val/token_acc``, ``val/logprob``, ``val/loss``, ``forecast/<rule>``,
+    ``capgeo/alerts_raised``; text ``capgeo/alerts`` and ``/verdict``, images ``capgeo/story`` and ``/rankme_heatmap``.
 
     Args:
         probe_rows: a dict of N-row tensors: ``input_ids`` (N, T), optionally ``attention_mask``, and ``labels``
@@ -96,10 +94,10 @@ class CapgeoTrainerCallback(TrainerCallback):
             once when the rows hold none).
         batch_size: probe rows per forward pass.
         on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
-        run_info: run facts for the summary and the rules (task, seed, chance, ...).
-        rules: the rules run live (default: the study's rule on ``settings``).
-        live_figures: also publish the story card where a rule first warns and where acquisition is confirmed (the
-            card, the full figure saved beside the summary and the heatmap are published at the end either way).
+        run_info: run facts for the summary and the rules (task, seed, chance, ...); ``max_steps`` and
+            ``warmup_steps`` default to the Trainer's (``state.max_steps``, ``args.get_warmup_steps``).
+        rules: the rules run live (default: :func:`~capgeo_callbacks.rules.default_rules` on ``settings``).
+        live_figures: also publish the story card where a rule first warns and where acquisition is confirmed.
 
     Raises:
         ValueError: on a bad argument; in ``on_train_begin`` if a layer pattern matches no hidden state or a probe
@@ -130,9 +128,12 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.probes = (bool(probes) and has_targets(rows) and selector in ("target", "answer")
                        and num_rows >= ProbeUnit.min_rows)
         self._probes_wanted, self.batches = bool(probes), probe_batches(rows, batch_size)
+        chosen = rules is not None
+        rules = default_rules(settings) if rules is None else rules
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
                                   token_acc_key=TOKEN_ACC, on_alert=on_alert, live_figures=live_figures,
-                                  warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning))
+                                  warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning),
+                                  rules_chosen=chosen)
         self.units = _units(selector, num_rows, self.probes, self.session.warn)
         self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]: what this callback measures
         self.rows: dict[str, int] = {}
@@ -154,9 +155,7 @@ class CapgeoTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: nn.Module | None = None, **kwargs: Any) -> None:
         check_model(model, self.layers, self.probe_rows["input_ids"])  # raises before any update
-        self._handler = callback_handler(self)
-        if self._handler is not None:
-            put_first(self._handler, self)  # so that at the end it publishes before the integrations close
+        self._handler = attach(self)
         self._parameters = sum(p.numel() for p in model.parameters())
         self.session.is_zero = bool(state.is_world_process_zero)
         if self._probes_wanted and not self.probes:
@@ -167,6 +166,7 @@ class CapgeoTrainerCallback(TrainerCallback):
                 raise ValueError("CapgeoTrainerCallback needs a budget: pass eval_steps=[...] or max_steps=N, or "
                                  "give the Trainer max_steps / num_train_epochs")
             self._scheduled = frozenset(evaluation_steps(self._budget, self.points, self.schedule))
+        _add_run_facts(self.session, args, int(state.max_steps or 0) or self._budget)
         if state.global_step > 0 and not self.session.view.steps:
             _restore(self, state)
         if state.global_step in self._scheduled:
@@ -221,11 +221,11 @@ class CapgeoTrainerCallback(TrainerCallback):
         return {tag: value for one in computed for tag, value in one.values.items()}, scalars
 
 
-def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> list[HiddenStateUnit]:
-    """The measuring units the Lightning monitors drive (RankMe, and probes), fed here by one forward pass over the
-    probe rows."""
-    units: list[HiddenStateUnit] = [RankMeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)]
-    return units + ([ProbeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)] if probes else [])
+def _add_run_facts(session: RunSession, args: TrainingArguments | None, budget: int) -> None:
+    """The budget and the warm-up, known before the run: the rules read them live (a run_info given wins)."""
+    known = {"max_steps": budget, "warmup_steps": args.get_warmup_steps(budget) if args is not None else None}
+    session.add_run_info({key: value for key, value in known.items()
+                          if value is not None and session.run_info.get(key) is None})
 
 
 def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
@@ -238,6 +238,13 @@ def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
             append_point(callback.series.setdefault(tag, []), step, float(entry[tag]))
         scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
         callback.session.restore(step, float(entry[ACC_KEY]), scalars, Measurements(callback.series))
+
+
+def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> list[HiddenStateUnit]:
+    """The measuring units the Lightning monitors drive (RankMe, and probes), fed here by one forward pass over the
+    probe rows."""
+    units: list[HiddenStateUnit] = [RankMeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)]
+    return units + ([ProbeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)] if probes else [])
 
 
 def _check_arguments(num_rows: int, points: int, batch_size: int, max_steps: int | None, schedule: str,

@@ -40,7 +40,7 @@ from transformers.trainer_callback import CallbackHandler, PrinterCallback, Prog
 
 from capgeo_callbacks.publish.loggers import TrainerPublisher, WarnFn
 
-__all__ = ["PREFIX", "TrainerLogs", "callback_handler", "lightning_loggers", "put_first"]
+__all__ = ["PREFIX", "TrainerLogs", "attach", "callback_handler", "lightning_loggers", "put_first"]
 
 PREFIX = next(iter(rewrite_logs({"": 0.0})))  # "train/": what TensorBoard and W&B put before a training log's key
 
@@ -64,6 +64,15 @@ def put_first(handler: CallbackHandler, callback: TrainerCallback) -> None:
     """Move ``callback`` to the front of ``handler``'s list. Safe within the handler's loop over the list: the
     callbacks it moves past were called already, the later ones keep their places."""
     handler.callbacks[:] = [callback, *(one for one in handler.callbacks if one is not callback)]
+
+
+def attach(callback: TrainerCallback) -> CallbackHandler | None:
+    """The handler calling ``callback`` (:func:`callback_handler`), with ``callback`` moved to the front of its list
+    (:func:`put_first`), so that at the end of training it publishes before the integrations close."""
+    handler = callback_handler(callback)
+    if handler is not None:
+        put_first(handler, callback)
+    return handler
 
 
 class _TensorBoard(TensorBoardLogger):

@@ -7,6 +7,7 @@ from capgeo_callbacks.measures.gradients import (
 )
 from capgeo_callbacks.measures.hessian import hessian_top_eigenvalues, hessian_trace, lanczos
 from capgeo_callbacks.measures.llc import estimate_llc
+from capgeo_callbacks.measures.norms import parameter_norm
 from capgeo_callbacks.measures.probes import linear_probe_accuracy
 from capgeo_callbacks.measures.rankme import effective_rank, rankme
 
@@ -19,6 +20,7 @@ __all__ = [
     "hessian_trace",
     "lanczos",
     "linear_probe_accuracy",
+    "parameter_norm",
     "per_example_gradients",
     "rankme",
 ]

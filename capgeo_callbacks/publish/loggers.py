@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.loggers.logger import DummyLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from capgeo_callbacks.publish.publisher import Publisher
@@ -92,7 +93,7 @@ def _each(trainer: LoggerHost, kind: str, send: Callable[[Logger], bool], warn: 
             warn(f"{name}:{kind}", f"{name} failed to take the {kind} ({type(error).__name__}: "
                     f"{str(error)[:200]}); skipped")
             continue
-        if not taken:
+        if not taken and not isinstance(logger, DummyLogger):  # fast_dev_run's logger: nothing was asked of it
             warn(f"{name}:{kind}", f"{name} has no way to take a {kind}; skipped")
 
 

@@ -14,8 +14,9 @@ from capgeo_callbacks.callbacks import (
     LinearProbeMonitor,
     LLCMonitor,
     RankMeMonitor,
+    WeightNormMonitor,
 )
-from capgeo_callbacks.keys import PROBE_ACC, RANKME
+from capgeo_callbacks.keys import PROBE_ACC, RANKME, WEIGHT_NORM
 from capgeo_callbacks.registry.core import MeasureSpec, register_measure
 
 __all__ = ["BUILTIN_MEASURES"]
@@ -31,6 +32,12 @@ BUILTIN_MEASURES: tuple[MeasureSpec, ...] = (
         every_n_evals=4, keys=(f"{PROBE_ACC}<layer>",), transitions={PROBE_ACC: "crossing"},
         functions=("linear_probe_accuracy",),
         description="held-out accuracy of a linear probe from each watched layer to the answer token",
+    ),
+    MeasureSpec(
+        name="weight_norm", callback=WeightNormMonitor, needs="parameters", cost="cheap", default=True,
+        keys=(f"{WEIGHT_NORM}global", f"{WEIGHT_NORM}<layer>"), transitions={WEIGHT_NORM: "change"},
+        functions=("parameter_norm",),
+        description="L2 norm of the parameters, all together and per watched layer (the grokking baseline)",
     ),
     MeasureSpec(
         name="grad_rank", callback=GradientRankMonitor, needs="per_example_gradients", cost="costly",

@@ -39,9 +39,10 @@ NEEDS: Mapping[str, str] = MappingProxyType({
     "hidden_states": "hidden states, from forward hooks on the validation pass",
     "per_example_gradients": "per-example gradients of the loss (`vmap(grad)`) on a fixed training batch",
     "loss_closure": "the loss of a fixed training batch as a closure (Hessian-vector products, SGLD draws)",
+    "parameters": "the model's parameters at the evaluation (no forward pass)",
 })
 COSTS: Mapping[str, str] = MappingProxyType({
-    "cheap": "rides on the validation pass (no forward pass of its own)",
+    "cheap": "rides on the validation pass, or reads the weights (no forward pass of its own)",
     "costly": "forward and backward passes of its own, at the start of the validations it measures at",
 })
 PRESETS = ("default", "none", "all")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from capgeo_callbacks.detection.settings import DetectionSettings
+from capgeo_callbacks.keys import RANKME
 from capgeo_callbacks.rules.base import (
     Forecast,
     Needs,
@@ -38,6 +39,7 @@ from capgeo_callbacks.rules.forecasters import (
 from capgeo_callbacks.rules.geometry import GeometryRule, StudyRule
 from capgeo_callbacks.rules.registration import rules_from_registration
 from capgeo_callbacks.rules.stopping import StoppingPolicy
+from capgeo_callbacks.rules.survival import SurvivalForecaster
 from capgeo_callbacks.rules.trend import AccuracyOnsetRule, LastValueForecaster, LinearForecaster, TrendForecaster
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "RunView",
     "StoppingPolicy",
     "StudyRule",
+    "SurvivalForecaster",
     "ThresholdForecaster",
     "TrendForecaster",
     "WarmupEndRule",
@@ -96,18 +99,20 @@ RULES: dict[str, Callable[[], Rule]] = {
     "clock": ClockForecaster,
     "ridge": RidgeForecaster,
     "ridge-geometry": lambda: RidgeForecaster(geometry=True),
+    # the probability of acquisition within the budget, from a survival model fitted on calibration runs
+    "survival": SurvivalForecaster,
 }
 
 
-def default_rules(settings: DetectionSettings | None = None) -> list[Rule]:
+def default_rules(settings: DetectionSettings | None = None, rankme_prefix: str = RANKME) -> list[Rule]:
     """The rules capgeo recommends on any run: the study's rule (for its alerts and verdict), the warning the project
     chose on its calibration seeds and froze before testing it on held-out seeds (``study/registration.json``;
     docs/heldout.md: a linear probe reading its labels halfway from chance), and the forecaster that needs nothing but
     the monitored accuracy (``acc-trend``, chosen on capgeo's calibration runs and the examples' runs:
     docs/user-forecast.md). They need RankMe, probe and accuracy series; a run without one leaves that rule out and
     says so once. capgeo's own runs, which record their chance level, run the registered forecaster too
-    (``train.py``)."""
-    return [StudyRule(settings), ProbeCrossingRule(), TrendForecaster()]
+    (``train.py``). ``rankme_prefix``: the tag prefix of the RankMe series the study's rule reads."""
+    return [StudyRule(settings, rankme_prefix), ProbeCrossingRule(), TrendForecaster()]
 
 
 def register_rule(name: str, factory: Callable[[], Rule]) -> None:

@@ -3,9 +3,10 @@
 A rule reads a run's series as they arrive. At each evaluation it is called with a :class:`RunView` of the
 series so far and the alerts it has already raised, and returns the alerts it raises now and, if it forecasts,
 its :class:`Forecast` of the acquisition step. It may keep no other state: its output is a function of the
-prefix and of its own alerts, so a rule replayed offline on a finished run (:func:`replay`) says exactly what
-it said live. Every caller (the live tracker, :func:`replay`, the scorer) asks a rule through
-:func:`rule_output`, the one place that decides which forecasts are recorded. A rule declares what it reads
+prefix and of its own alerts, so a rule replayed offline on a finished run (:func:`replay`) says what it said
+live, given the run facts it had live (``info``: a fact added to a summary after the run, such as a budget, can
+change what a replay says; docs/design.md). Every caller (the live tracker, :func:`replay`, the scorer) asks a
+rule through :func:`rule_output`, the one place that decides which forecasts are recorded. A rule declares what it reads
 (:class:`Needs`); a run that lacks it at its first evaluation leaves the rule out, and says so once.
 
 Writing a rule::
@@ -36,7 +37,8 @@ from capgeo_callbacks.detection.alerts import Alert
 from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.series import Points
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings
-from capgeo_callbacks.keys import ACC, LOGPROB, VAL_LOSS
+from capgeo_callbacks.detection.warmup import warmup_from_lr
+from capgeo_callbacks.keys import ACC, LOGPROB, LR, VAL_LOSS
 
 __all__ = ["Forecast", "Needs", "Rule", "RuleOutput", "RunView", "replay", "rule_from_record", "rule_output",
            "rule_record"]
@@ -51,7 +53,8 @@ class RunView:
         series: every series by tag: ``acc`` (the monitored accuracy), ``val/logprob``, ``val/token_acc``,
             ``val/loss``, ``train/loss``, ``lr``, ``rankme/<layer>``, ``probe_acc/<layer>``, ...
         info: what is known of the run before it starts: ``task``, ``difficulty``, ``max_steps``,
-            ``warmup_steps``, ``chance`` (the input-independent answer's scores), ``seed``... Any may be missing.
+            ``warmup_steps``, ``chance`` (the input-independent answer's scores), ``seed``... Any may be missing (a
+            warm-up not declared is read from the ``lr`` series: :attr:`warmup_steps`).
         settings: the run's detection settings: acquisition (:attr:`acquired_step`) is read with their threshold and
             patience, by every rule alike.
     """
@@ -115,8 +118,10 @@ class RunView:
 
     @property
     def warmup_steps(self) -> int | None:
+        """The run's declared ``warmup_steps``, else the warm-up read from its recorded learning rate
+        (:func:`~capgeo_callbacks.detection.warmup.warmup_from_lr`), else None."""
         value = self.info.get("warmup_steps")
-        return None if value is None else int(value)
+        return warmup_from_lr(self.steps, self.values(LR)) if value is None else int(value)
 
 
 @dataclass(frozen=True)

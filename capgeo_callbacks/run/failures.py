@@ -6,14 +6,36 @@ effects"). :class:`WarnOnce` is the one way capgeo reports a problem once.
 from __future__ import annotations
 
 import functools
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-__all__ = ["WarnOnce", "check_callable", "check_positive_int", "never_fails"]
+__all__ = ["WarnOnce", "check_callable", "check_positive_int", "never_fails", "warn_at_caller"]
 
 Hook = TypeVar("Hook", bound=Callable[..., Any])
+# The packages between a user's line and capgeo's hooks: a warning is attributed to the first frame outside them.
+FRAMEWORKS = ("capgeo_callbacks", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "torch",
+              "transformers", "accelerate", "contextlib", "functools")
+
+
+@rank_zero_only
+def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """A warning on rank zero, shown at the user's line that led to it (``trainer.fit(...)``, ``trainer.train()``;
+    from inside a forward hook, the line of the user's model that called the hooked layer): the first caller outside
+    capgeo and the frameworks that call its hooks (:data:`FRAMEWORKS`), not capgeo's own code, which a user can do
+    nothing about."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in FRAMEWORKS:
+        frame = frame.f_back
+    if frame is None:  # called from nothing but frameworks (a thread of their own): at the immediate caller
+        warnings.warn(message, category, stacklevel=2)
+        return
+    registry = frame.f_globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"), registry=registry, module_globals=frame.f_globals)
 
 
 class WarnOnce:
@@ -21,12 +43,13 @@ class WarnOnce:
 
     Args:
         owner: prefixed to each message (``"RankMeMonitor: ..."``); empty for none.
-        emit: how a message is shown (default: a ``UserWarning`` on rank zero, Lightning's ``rank_zero_warn``).
+        emit: how a message is shown (default: a ``UserWarning`` on rank zero at the user's line,
+            :func:`warn_at_caller`).
     """
 
     def __init__(self, owner: str = "", emit: Callable[[str], Any] | None = None) -> None:
         self.owner = owner
-        self.emit = emit if emit is not None else rank_zero_warn
+        self.emit = emit if emit is not None else warn_at_caller
         self.messages: list[str] = []
         self._seen: set[str] = set()
 

@@ -28,6 +28,7 @@ from capgeo_callbacks.detection.settings import DetectionSettings
 from capgeo_callbacks.keys import (
     FORECAST,
     LOGPROB,
+    PROBABILITY,
     RANKME,
     TOKEN_ACC,
     VAL_ACC,
@@ -92,6 +93,8 @@ class RunSession:
             heatmap are drawn at the end, with or without it). A figure is not a series: drawing it at every
             evaluation would cost more than every measure together.
         warn: how problems are reported once (default: a warning on rank zero).
+        rules_chosen: whether the user chose the rules: one of those left out for lack of its inputs is a warning;
+            one of capgeo's defaults (:func:`~capgeo_callbacks.rules.default_rules`) is a line in the log.
 
     Raises:
         ValueError: on a bad argument.
@@ -101,7 +104,8 @@ class RunSession:
                  run_info: Mapping[str, Any] | None = None, *, monitor: str = VAL_ACC,
                  logprob_key: str | None = LOGPROB, token_acc_key: str | None = TOKEN_ACC,
                  rankme_prefix: str = RANKME, on_alert: Callable[[Alert], Any] | None = None,
-                 live_figures: bool = False, warn: WarnOnce | None = None, loss_key: str | None = VAL_LOSS) -> None:
+                 live_figures: bool = False, warn: WarnOnce | None = None, loss_key: str | None = VAL_LOSS,
+                 rules_chosen: bool = True) -> None:
         keys = RunKeys(monitor, logprob_key, token_acc_key, rankme_prefix, loss_key)  # raises on a bad name
         check_callable("on_alert", on_alert, "alert -> None")
         if not isinstance(live_figures, bool):
@@ -110,6 +114,7 @@ class RunSession:
         self.on_alert = on_alert
         self.live_figures = live_figures
         self.warn = warn if warn is not None else WarnOnce("capgeo")
+        self.rules_chosen = rules_chosen
         self.is_zero = True  # side effects (announcing, publishing, files) on rank zero only; detection everywhere
         self.summary: dict[str, Any] = {}  # the latest summary built
         self.layout_published = False
@@ -181,13 +186,19 @@ class RunSession:
         publisher = publisher if publisher is not None else Publisher()
         update = self.tracker.update(step, acc, scalars, measured.series)
         for name, missing in update.left_out.items():
-            self.warn(f"needs:{name}", f"rule {name!r} is left out of this run: it needs "
-                      + "; ".join(f"{key_words(key)} ({how_to_record(key)})" for key in missing))
+            text = f"rule {name!r} is left out of this run: it needs " + "; ".join(
+                f"{key_words(key)} ({how_to_record(key)})" for key in missing)
+            if self.rules_chosen:
+                self.warn(f"needs:{name}", text)
+            elif self.is_zero:
+                log.info("%s", text)
         if not self.is_zero:
             return update
         for alert in update.alerts:
             self.announce(alert, publisher)
         shown = {f"{FORECAST}{f.rule}": float(f.predicted) for f in update.forecasts if math.isfinite(f.predicted)}
+        shown.update({f"{PROBABILITY}{f.rule}": float(f.probability) for f in update.forecasts
+                      if f.probability is not None})
         early_end = EARLY_SHARE * max_steps if max_steps and max_steps > 0 else None
         shown.update(dashboard_scalars(by_layer(measured.series, self.keys.rankme_prefix), step, early_end,
                                        sum(alert.kind == "run" for alert in self.alerts)))

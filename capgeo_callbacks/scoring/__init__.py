@@ -1,28 +1,46 @@
 """What a warning or a forecast is worth, on any folder of runs: ``python -m capgeo_callbacks.scoring RUNS``
-(:mod:`capgeo_callbacks.scoring.scores`)."""
+(:mod:`capgeo_callbacks.scoring.scores`; who will learn: :mod:`capgeo_callbacks.scoring.discrimination`)."""
 
+from capgeo_callbacks.scoring.discrimination import (
+    LEGEND,
+    SHARES,
+    Auroc,
+    auroc,
+    discrimination,
+    discrimination_table,
+)
 from capgeo_callbacks.scoring.scores import (
     FRACTIONS,
     Rate,
     ScoredRun,
+    distinct,
     first_alert,
     forecast_scores,
     forecast_table,
     load_runs,
     main,
+    same_run,
     warning_scores,
     warning_table,
 )
 
 __all__ = [
     "FRACTIONS",
+    "LEGEND",
+    "SHARES",
+    "Auroc",
     "Rate",
     "ScoredRun",
+    "auroc",
+    "discrimination",
+    "discrimination_table",
+    "distinct",
     "first_alert",
     "forecast_scores",
     "forecast_table",
     "load_runs",
     "main",
+    "same_run",
     "warning_scores",
     "warning_table",
 ]

@@ -1,7 +1,8 @@
 r"""What a warning or a forecast is worth, on any folder of runs
 ==============================================================
 
-    python -m capgeo_callbacks.scoring RUNS [--rules study loss-onset ...] [--forecasters acc-trend ...]
+    python -m capgeo_callbacks.scoring RUNS [RUNS ...] [--rules study loss-onset ...] [--forecasters acc-trend ...]
+                                       [--calibration FOLDER]
 
 Every run in RUNS is scored, whatever its seed: which runs a study may report (its held-out policy) is the
 study's to decide before it hands them over (capgeo's own: ``study.phases.heldout``).
@@ -22,16 +23,22 @@ Per forecaster: the median of ``|predicted - actual| / actual`` acquisition step
 the time to acquisition, with a bootstrap 95% interval over runs; the share of actual steps inside the
 forecast interval and the interval's mean width (relative); and on controls and on runs never acquired, each
 apart, the share whose last forecast says "not within reach".
+
+Who will learn: the AUROC of every score a run records and of each rule's own score at 10%, 25% and 50% of the
+budget, among the runs not yet acquired then, pooled and within each task, beside a score that fires on every run
+that learns (:mod:`capgeo_callbacks.scoring.discrimination`; needs scikit-learn, ``capgeo-callbacks[stats]``).
+
+A run found twice (a deterministic rerun: the same settings, seed and series, :func:`same_run`) counts once.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,8 +47,10 @@ from capgeo_callbacks.detection.onset import learning_onset
 from capgeo_callbacks.detection.stats import wilson
 from capgeo_callbacks.rules import Forecast, Rule, RunView, make_rule, rule_output
 from capgeo_callbacks.run.reading import find_runs
+from capgeo_callbacks.scoring.discrimination import LEGEND, SHARES, discrimination, discrimination_table
 
-__all__ = ["FRACTIONS", "Rate", "ScoredRun", "forecast_scores", "load_runs", "warning_scores"]
+__all__ = ["FRACTIONS", "Rate", "ScoredRun", "distinct", "forecast_scores", "load_runs", "same_run",
+           "warning_scores"]
 
 FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 
@@ -134,6 +143,50 @@ def load_runs(folder: str | Path, seeds: Sequence[int] | None = None) -> list[Sc
     return runs
 
 
+# what makes two runs the same run, besides their seed and series (a run's settings, as train.py records them)
+RUN_SETTINGS = ("task", "difficulty", "size", "seed", "shuffled_answers", "max_steps", "warmup_steps", "lr",
+                "lr_schedule", "batch_size", "weight_decay", "task_params")
+
+
+def same_run(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two summaries record one deterministic run twice: the same settings and seed (:data:`RUN_SETTINGS`)
+    and every series both record (the accuracy at least) the same at the same steps, to float32 precision (a
+    mean of losses summed in another order differs in its last digits). A run remade with more measures is the
+    same run: observing does not change training."""
+    if any(a.get(key) != b.get(key) for key in RUN_SETTINGS):
+        return False
+    series_a, series_b = a.get("series") or {}, b.get("series") or {}
+    shared = set(series_a) & set(series_b)
+    return "acc" in shared and all(_same_points(series_a[tag], series_b[tag]) for tag in shared)
+
+
+def _same_points(a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]) -> bool:
+    def close(x: Any, y: Any) -> bool:
+        if x is None or y is None:
+            return x is y
+        return math.isclose(x, y, rel_tol=1e-6) or (math.isnan(x) and math.isnan(y))
+
+    return len(a) == len(b) and all(p[0] == q[0] and close(p[1], q[1]) for p, q in zip(a, b, strict=True))
+
+
+Item = TypeVar("Item")
+
+
+def distinct(items: Sequence[Item], summary: Callable[[Item], Mapping[str, Any]] = lambda item: item.summary
+             ) -> tuple[list[Item], list[tuple[Item, Item]]]:
+    """``items`` with each deterministic rerun (:func:`same_run`) counted once, the first kept; and the pairs
+    (rerun, the run kept) left out."""
+    kept: list[Item] = []
+    reruns = []
+    for item in items:
+        twin = next((other for other in kept if same_run(summary(item), summary(other))), None)
+        if twin is None:
+            kept.append(item)
+        else:
+            reruns.append((item, twin))
+    return kept, reruns
+
+
 def first_alert(rule: Rule, run: RunView) -> Alert | None:
     """``rule``'s first run alert on ``run`` (replayed until it fires), or None."""
     alerts: list = []
@@ -211,7 +264,9 @@ def bootstrap_median(values: Sequence[float], draws: int = 2000, seed: int = 0) 
     data = np.array(values, dtype=float)
     rng = np.random.default_rng(seed)
     medians = np.median(rng.choice(data, size=(draws, len(data)), replace=True), axis=1)
-    return float(np.quantile(medians, 0.025)), float(np.quantile(medians, 0.975))
+    with np.errstate(invalid="ignore"):  # numpy interpolates between two infinite medians as NaN: the bound is inf
+        low, high = np.quantile(medians, [0.025, 0.975])
+    return (math.inf if math.isnan(low) else float(low)), (math.inf if math.isnan(high) else float(high))
 
 
 def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[float] = FRACTIONS,
@@ -237,7 +292,7 @@ def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[f
             "n": len(errors), "median_error": float(np.median(errors)) if errors else None,
             "interval": bootstrap_median(errors) if finite else None, "no_forecast": len(errors) - len(finite),
             "coverage": Rate(sum(covered), len(covered)),
-            "mean_width": float(np.mean([w for w in widths if math.isfinite(w)])) if widths else None,
+            "mean_width": _mean_width(widths),
             **({"errors": errors} if keep_errors else {})}
     beyond = {}
     for run in runs:
@@ -271,6 +326,13 @@ def warning_table(scores: Sequence[Mapping[str, Any]]) -> str:
                      f"{s['false_alarms_controls']} | {s['false_alarms_never_acquired']} | {_cell(s['lead'])} | "
                      f"{_cell(s['lead_share'], 2)} | {_cell(s['lead_over_onset'])} |")
     return "\n".join(lines)
+
+
+def _mean_width(widths: Sequence[float]) -> float | None:
+    """The mean relative width of the finite intervals; infinite where every interval is (no upper end); None
+    without intervals."""
+    finite = [width for width in widths if math.isfinite(width)]
+    return float(np.mean(finite)) if finite else (math.inf if widths else None)
 
 
 def error_text(entry: Mapping[str, Any]) -> str:
@@ -317,26 +379,39 @@ def _cell(spread: Mapping[str, Any], digits: int = 0) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path, help="a folder of runs (run folders or *.json.gz summaries)")
+    parser.add_argument("runs", type=Path, nargs="+", help="folders of runs (run folders or *.json.gz summaries); "
+                        "a run found twice (the same settings, seed and series) counts once")
     parser.add_argument("--rules", nargs="+", default=["study", "geometry-guarded", "loss-onset",
                                                        "logprob-emergence", "probe-crossing", "warmup-end",
                                                        "clock-20"], help="rule names (capgeo_callbacks.rules.RULES)")
     parser.add_argument("--forecasters", nargs="*", default=[], help="forecaster rule names")
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds (default: every run)")
+    parser.add_argument("--shares", nargs="+", type=float, default=list(SHARES),
+                        help="shares of the budget at which the AUROC table is computed")
+    parser.add_argument("--calibration", type=Path, default=None,
+                        help="runs that set the direction of the scores without one a priori (RankMe, weight norm)")
     args = parser.parse_args(argv)
     try:
         rules = [make_rule(name) for name in args.rules]
         forecasters = [make_rule(name) for name in args.forecasters]
     except ValueError as error:
         parser.error(str(error))
-    runs = load_runs(args.runs, args.seeds)
+    if any(not 0 < share <= 1 for share in args.shares):
+        parser.error(f"--shares are shares of the budget, in (0, 1]; got {args.shares}")
+    runs, reruns = distinct([run for folder in args.runs for run in load_runs(folder, args.seeds)])
     print(f"{len(runs)} runs: {sum(r.acquisition is not None and not r.control for r in runs)} acquired "
           f"({sum(r.acquired_fully and not r.control for r in runs)} fully), {sum(r.control for r in runs)} controls, "
-          f"{sum(r.acquisition is None and not r.control for r in runs)} never acquired\n")
-    print(warning_table([warning_scores(rule, runs) for rule in rules]))
+          f"{sum(r.acquisition is None and not r.control for r in runs)} never acquired"
+          + "".join(f"; {rerun.name} is a rerun of {kept.name}, counted once" for rerun, kept in reruns) + "\n")
+    warnings = [warning_scores(rule, runs) for rule in rules]
+    print(warning_table(warnings))
     if forecasters:
         print()
         print(forecast_table([forecast_scores(rule, runs) for rule in forecasters]))
+    calibration = load_runs(args.calibration) if args.calibration is not None else None
+    print(f"\nWho will learn. {LEGEND}\n")
+    print(discrimination_table(discrimination(runs, {s["rule"]: s["fired"] for s in warnings}, forecasters,
+                                              args.shares, calibration)))
 
 
 if __name__ == "__main__":

@@ -144,6 +144,43 @@ def write_packed(summary: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def made_on(device: str) -> dict[str, Any]:
+    """Where a run made outside train.py was made (train.py records its own), for its summary: the machine, the
+    accelerator the trainer used (``device``: torch's name, ``cpu`` or ``cuda:0``) and the library versions."""
+    import platform
+
+    import lightning
+    import torch
+
+    accelerator = (torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda")
+                   else f"cpu ({platform.processor() or platform.machine()})")
+    versions = {"torch": str(torch.__version__), "lightning": str(lightning.__version__)}
+    try:
+        import transformers
+
+        versions["transformers"] = str(transformers.__version__)
+    except ImportError:
+        pass
+    return {"machine": f"{platform.node()} ({accelerator})", "accelerator": accelerator, **versions}
+
+
+RECORDED = ("machine", "accelerator", "torch", "lightning", "cpu_seconds")  # what a summary says of where it ran
+
+
+def unrecorded(summaries: dict[str, dict[str, Any]]) -> str:
+    """Which of :data:`RECORDED` the named ``summaries`` lack, in words (nothing is filled in for them)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for field in RECORDED:
+        names = tuple(name for name, summary in summaries.items() if summary.get(field) is None)
+        if names:
+            groups.setdefault(names, []).append(field)
+    if not groups:
+        return f"Each of the {len(summaries)} summaries records {', '.join(f'`{f}`' for f in RECORDED)}."
+    return "Not recorded, and not filled in here: " + "; ".join(
+        ", ".join(f"`{f}`" for f in fields) + " in " + (f"all {len(summaries)} summaries" if len(names) == len(
+            summaries) else ", ".join(names)) for names, fields in groups.items()) + "."
+
+
 def corpus_summaries(corpus: Path = CORPUS, phases: Sequence[str] = PHASES) -> list[tuple[str, dict[str, Any]]]:
     """``(phase, summary)`` of every committed run."""
     return [(phase, read_summary(path)) for phase in phases for path in sorted((corpus / phase).glob("*.json.gz"))]

@@ -69,9 +69,10 @@ DOC = ROOT / "docs" / "heldout.md"
 def scored(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") -> dict[str, Any]:
     """The registered rules and the frozen comparators scored on the held-out runs, once for every page and
     sentence that reads them: ``warnings`` and ``forecasts`` by rule name (registered first), each warning's first
-    alert on each run (``alerts``), and the comparators fitted on calibration runs fitted again on the CPU
-    calibration runs (``cpu_forecasts``; empty before there are any)."""
-    from capgeo_callbacks.scoring import first_alert, forecast_scores, load_runs, warning_scores
+    alert on each run (``alerts``), who will learn (``discrimination``: the AUROC table of every score), and the
+    comparators fitted on calibration runs fitted again on the CPU calibration runs (``cpu_forecasts``; empty before
+    there are any)."""
+    from capgeo_callbacks.scoring import discrimination, first_alert, forecast_scores, load_runs, warning_scores
     from study.phases.calibration_cpu import cpu_runs, missing, refitted
 
     frozen = json.loads(registration.read_text())
@@ -90,6 +91,7 @@ def scored(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout")
     calibration, left = cpu_runs(), missing()
     return {"frozen": frozen, "runs": runs, "dropped": dropped, "alerts": alerts, "warnings": warned,
             "forecasts": {rule.name: forecast_scores(rule, runs) for rule in forecasters},
+            "discrimination": discrimination(runs, {name: w["fired"] for name, w in warned.items()}, forecasters),
             "cpu_runs": calibration, "cpu_missing": left,  # a clock fitted on some tasks only would be no clock
             "cpu_forecasts": {name: forecast_scores(rule, runs) for name, rule in refitted(calibration).items()}
             if calibration and not left else {}}
@@ -239,7 +241,8 @@ def report(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout")
         warning_table(list(s["warnings"].values())), "", late_alerts(s), "",
         f"## The forecast: `{forecaster}` (registered), beside the frozen comparators", "",
         forecast_table(list(s["forecasts"].values())), "", "## Targets", "", _target_table(targets(s, s["forecasts"])),
-        "", "## The comparators fitted on the held-out runs' hardware", ""]
+        "", "## Who will learn", "", who_will_learn(s), "",
+        "## The comparators fitted on the held-out runs' hardware", ""]
     if not s["cpu_forecasts"]:
         return "\n".join(lines + [
             f"Not yet: `corpus/{PHASE}/` holds {len(s['cpu_runs'])} of {len(s['cpu_runs']) + len(s['cpu_missing'])} "
@@ -254,6 +257,16 @@ def report(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout")
               "Targets with the comparators fitted on this CPU:", "",
               _target_table(targets(s, {**s["forecasts"], **s["cpu_forecasts"]}))]
     return "\n".join(lines) + "\n"
+
+
+def who_will_learn(s: dict[str, Any]) -> str:
+    """The AUROC table on the held-out runs (``python -m capgeo_callbacks.scoring``'s), beside the precision above:
+    scored after the test, no registered target."""
+    from capgeo_callbacks.scoring import LEGEND, discrimination_table
+
+    return ("Not a registered target (the scorer measures it since issue 37; this test was registered before). "
+            "Precision above counts the runs an alert preceded; here, whether a score ranks the runs that will "
+            f"acquire above those that will not. {LEGEND}\n\n" + discrimination_table(s["discrimination"]))
 
 
 def brief(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") -> str:

@@ -1,11 +1,14 @@
 """The registered test on task families capgeo was never built on (issue 29).
 
-    python -m study.phases.newtasks run       # the registered runs, resumable -> runs/newtasks/, corpus/newtasks/
-    python -m study.phases.newtasks report    # -> docs/newtasks.md (scored by capgeo_callbacks.scoring)
-    python -m study.phases.newtasks readme    # README.md's table "on a task nobody calibrated"
+    python -m study.phases.newtasks run     # the registered runs (launcher, resumable) -> runs/, corpus/newtasks/
+    python -m study.phases.newtasks report  # -> docs/newtasks.md (scored by capgeo_callbacks.scoring)
+    python -m study.phases.newtasks readme  # README.md's table "on a task nobody calibrated"
+    python -m study.phases.newtasks replay  # whether a replay of the summaries says what the rules said live
 
 The families are examples a user could have written (``examples/new_tasks``), with capgeo attached as README.md's
-"On your own model" prints it: no calibration, no chance table, no clock. What is registered
+"On your own model" prints it: no calibration, no chance table, no clock. Each run is a trial of the launcher on the
+example's own training function (``examples.new_tasks.run:train``; ``--engine``, ``--workers``, ``--address`` as for
+the study's other phases). What is registered
 (``study/newtasks_registration.json``: families and settings, seeds, controls, the default warnings and forecaster,
 their comparators, metrics and targets) was committed before the first run; a run refuses an uncommitted tree or
 registration, and records the registration's sha256 and the commit it ran; the report refuses a run whose
@@ -15,24 +18,22 @@ registration differs or postdates it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from capgeo_callbacks.rules import make_rule, rule_output
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs, warning_scores
-from capgeo_callbacks.scoring.scores import Rate, error_text, warning_table
-from launch import ROOT, require_clean_tree
-from study.phases.corpus import CORPUS, write_packed
+from capgeo_callbacks.scoring.scores import Rate, error_text, scored_run, warning_table
+from launch import ROOT, FunctionTrial, Outcome, add_launch_arguments, launch_with, require_clean_tree
+from study.phases.corpus import CORPUS, made_on, unrecorded, write_packed
 from study.registrations.policy import committed, registered_before, sha256
 
 REGISTRATION = ROOT / "study" / "newtasks_registration.json"
@@ -40,7 +41,12 @@ RUNS = ROOT / "runs" / "newtasks"
 FOLDER = CORPUS / "newtasks"
 DOC = ROOT / "docs" / "newtasks.md"
 PILOTS = ROOT / "examples" / "new_tasks" / "PILOTS.md"
-EXAMPLE = "examples.new_tasks"  # the families' example, run by its own command: ``python -m examples.new_tasks``
+TRAIN = "examples.new_tasks.run:train"  # the families' training function, run by the launcher by its name
+
+
+def run_name(family: str, seed: int, control: bool) -> str:
+    """A registered run's name: its trial folder's and its exported summary's (the example's own naming)."""
+    return f"{family}{'-control' if control else ''}-s{seed}"
 
 
 def registration(path: Path = REGISTRATION) -> dict[str, Any]:
@@ -54,39 +60,52 @@ def jobs(path: Path = REGISTRATION) -> list[tuple[str, int, bool]]:
         (family, found["controls"]["seed"], True) for family in found["families"]]
 
 
-def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER) -> list[Path]:
-    """Run (or resume) every registered run not yet in ``folder``; export each as it finishes. Each run is the
-    example's own command (``python -m examples.new_tasks``: the study runs it as a user would, and imports none of
-    it); a run whose recorded settings are not the registered ones is refused."""
+def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER,
+            launch_args: argparse.Namespace | None = None) -> list[Path]:
+    """Run (or resume) every registered run not yet in ``folder``, each a trial of the launcher on the example's own
+    training function (:data:`TRAIN`, named, not imported: the study runs it as a user would; ``launch_args``:
+    :func:`launch.add_launch_arguments`'; default one at a time on a local Ray); export each as it finishes. A run
+    whose recorded settings are not the registered ones is refused."""
     commit = require_clean_tree("the registered test on new task families")
     if not committed(path):
         raise SystemExit(f"{path.relative_to(ROOT)} is not committed as it is: commit the registration first")
     found, digest = registration(path), sha256(path)
+    trials = [FunctionTrial(run_name(family, seed, control), TRAIN,
+                            {"family": family, "seed": seed, "control": control, **found["families"][family]}, runs)
+              for family, seed, control in jobs(path)]
     written = []
-    for family, seed, control in jobs(path):
-        done = list(folder.glob(f"{family}{'-control' if control else ''}-s{seed}.json.gz"))
-        if done:
-            continue
-        printed = subprocess.run([sys.executable, "-m", EXAMPLE, family, "--seed", str(seed), "--root", str(runs),
-                                  *(["--control"] if control else [])], cwd=ROOT, check=True, capture_output=True,
-                                 text=True).stdout
-        run_dir = Path(printed.strip().splitlines()[-1]).parent  # the example prints its summary's path
-        record = json.loads((run_dir / "run.json").read_text())
+
+    def export(trial: FunctionTrial) -> None:
+        target = folder / f"{trial.name}.json.gz"
+        if target.exists():
+            return
+        family, seed, control = (trial.settings[key] for key in ("family", "seed", "control"))
+        record = json.loads((trial.root / "run.json").read_text())
         if record["settings"] != found["families"][family]:
-            raise SystemExit(f"{run_dir}: the example ran {family} with {record['settings']}, not the registered "
+            raise SystemExit(f"{trial.root}: the example ran {family} with {record['settings']}, not the registered "
                              f"{found['families'][family]}")
-        summary = read_summary(run_dir / "capgeo_summary.json")
-        summary.update(task=family, seed=seed, shuffled_answers=control, max_steps=record["settings"]["max_steps"],
-                       settings=record["settings"], cpu_seconds=record["cpu_seconds"],
+        summary = read_summary(trial.root / "capgeo_summary.json")
+        # max_steps and warmup_steps are in it already: the runner gave them to the detector before the run
+        summary.update(task=family, seed=seed, shuffled_answers=control, settings=record["settings"],
+                       cpu_seconds=record["cpu_seconds"],
                        wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
                        resumes=len(record["parts"]) - 1, threads=record["threads"],
-                       omp_num_threads=record["omp_num_threads"], torch=torch.__version__, commit=commit,
+                       omp_num_threads=record["omp_num_threads"], **made_on(record["device"]), commit=commit,
                        uncommitted_changes=False,
                        registration={"path": path.relative_to(ROOT).as_posix(), "sha256": digest})
-        target = folder / f"{run_dir.name}.json.gz"
         written.append(write_packed(summary, target))
-        print(f"{run_dir.name}: acquisition {summary.get('acquisition_step')}, {record['cpu_seconds']} CPU s -> "
-              f"{target}")
+        print(f"{trial.name}: acquisition {summary.get('acquisition_step')}, {record['cpu_seconds']} CPU s -> "
+              f"{target}", flush=True)
+
+    def ended(outcome: Outcome) -> None:
+        if outcome.action in ("done", "resumed"):
+            export(outcome.trial)
+
+    todo = [trial for trial in trials if not (folder / f"{trial.name}.json.gz").exists()]
+    options = launch_args or argparse.Namespace(engine="ray", workers=1, address=None)
+    for outcome in launch_with(todo, options, storage=runs / ".engine", name="newtasks", on_outcome=ended):
+        if outcome.action == "skipped":  # finished before, not yet exported
+            export(outcome.trial)
     return written
 
 
@@ -114,13 +133,35 @@ def _pilot_cpu_seconds(path: Path = PILOTS) -> tuple[float, int]:
     return sum(values), len(values)
 
 
+def with_registered_warmup(runs: Sequence[ScoredRun], found: dict[str, Any]) -> tuple[list[ScoredRun], int]:
+    """``runs`` as they read with their family's registered warm-up where the summary records none (the registered
+    runs' runner did not give the detector its warm-up, so loss-onset's reference window was the first evaluations
+    and the other rules that read a warm-up read none); and how many were so corrected."""
+    corrected, count = [], 0
+    for run in runs:
+        if run.summary.get("warmup_steps") is None:
+            warmup = found["families"][run.summary["task"]]["warmup"]
+            run = scored_run({**run.summary, "warmup_steps": warmup}, run.name)  # type: ignore[assignment]
+            count += 1
+        corrected.append(run)
+    return corrected, count
+
+
+@functools.cache
 def scored(path: Path = REGISTRATION, folder: Path = FOLDER) -> dict[str, Any]:
+    """The registered warnings and forecasters on the registered runs, as registered; and, where summaries lack the
+    warm-up, the same with the registered warm-up (``corrected``: a correction shown beside, never instead)."""
     found, runs = registration(path), registered_runs(path, folder)
     warnings = [*found["warnings"]["default"], *found["warnings"]["comparators"]]
     forecasters = [found["forecaster"]["default"], *found["forecast_comparators"]]
-    return {"registration": found, "runs": runs,
-            "warnings": {name: warning_scores(make_rule(name), runs) for name in warnings},
-            "forecasts": {name: forecast_scores(make_rule(name), runs) for name in forecasters}}
+
+    def scores(chosen: Sequence[ScoredRun]) -> dict[str, Any]:
+        return {"warnings": {name: warning_scores(make_rule(name), chosen) for name in warnings},
+                "forecasts": {name: forecast_scores(make_rule(name), chosen) for name in forecasters}}
+
+    corrected, count = with_registered_warmup(runs, found)
+    return {"registration": found, "runs": runs, **scores(runs),
+            "corrected": {"runs": corrected, "count": count, **scores(corrected)} if count else None}
 
 
 def targets(s: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -246,12 +287,86 @@ def page(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
         f"({sum(r.acquired_fully and not r.control for r in runs)} fully), {sum(r.control for r in runs)} controls, "
         f"{sum(r.acquisition is None and not r.control for r in runs)} never acquired.", "",
         "## The runs", "", *runs_table(runs), "",
-        "## Targets (registered)", "", "| target | measured | verdict |", "| --- | --- | --- |",
-        *[f"| {a} | {b} | {c} |" for a, b, c in targets(s)], "",
+        "## Targets (registered)", "", *target_lines(s), "",
         "## What a user can act on", "", act_on(runs, found["forecaster"]["default"]), "",
-        "## Warnings", "", warning_table(list(s["warnings"].values())), "",
+        "## Warnings", "", warning_table(list(s["warnings"].values())), "", *correction(s, "warnings", warning_table),
         "## Forecasts", "", forecast_table(list(s["forecasts"].values())), "",
-        "## Cost", "", *cost_lines(runs), ""])
+        *correction(s, "forecasts", forecast_table), replay_sentence(runs), "", "## Cost", "", *cost_lines(runs), "",
+        "## Where the runs were made", "", provenance_line(runs), ""])
+
+
+def _corrected(s: dict[str, Any]) -> dict[str, Any]:
+    return {**s, "warnings": s["corrected"]["warnings"], "forecasts": s["corrected"]["forecasts"]}
+
+
+def target_lines(s: dict[str, Any]) -> list[str]:
+    """The registered targets, measured and judged as registered; beside them, where the summaries lack the warm-up,
+    the same with the registered warm-up (a correction)."""
+    rows = targets(s)
+    if not s["corrected"]:
+        return ["| target | measured | verdict |", "| --- | --- | --- |", *[f"| {a} | {b} | {c} |" for a, b, c in rows]]
+    fixed = targets(_corrected(s))
+    return ["| target | measured | verdict | with the registered warm-up (a correction) |", "| --- | --- | --- | --- |",
+            *[f"| {a} | {b} | {c} | " + ("the same" if (b, c) == (b2, c2) else f"{b2}: {c2}") + " |"
+              for (a, b, c), (_, b2, c2) in zip(rows, fixed, strict=True)]]
+
+
+def correction(s: dict[str, Any], kind: str, table: Any) -> list[str]:
+    """What the ``kind`` (warnings or forecasts) score with the registered warm-up, beside the registered table."""
+    fixed = s["corrected"]
+    if not fixed:
+        return []
+    warmups = sorted({family["warmup"] for family in s["registration"]["families"].values()})
+    changed = [name for name in s[kind] if table([s[kind][name]]) != table([fixed[kind][name]])]
+    what = ", ".join(changed) or "none"
+    if kind != "warnings":
+        return [f"With the registered warm-up (as for the warnings), the forecasters that change: {what}.", "",
+                *([table([fixed[kind][name] for name in changed]), ""] if changed else [])]
+    return [f"{fixed['count']} of the {len(s['runs'])} summaries record no `warmup_steps` (the runner did not give "
+            "the detector its warm-up; it does now), so the rules that read a warm-up read none. Scored again with "
+            f"each family's registered warm-up ({', '.join(map(str, warmups))} steps, "
+            "[`study/newtasks_registration.json`](../study/newtasks_registration.json)), a correction beside the "
+            f"registered figures above, which stay as registered; the warnings that change: {what}.", "",
+            *([table([fixed[kind][name] for name in changed]), ""] if changed else [])]
+
+
+def replay_differences(runs: Sequence[ScoredRun], name: str) -> tuple[int, int]:
+    """How many of the forecasts ``name`` recorded live on ``runs`` a replay of their summaries does not repeat (a
+    different predicted step, or none), of how many."""
+    from capgeo_callbacks.rules import replay
+
+    differ = total = 0
+    for run in runs:
+        live = {int(entry["step"]): entry["predicted"] for entry in (run.summary.get("forecasts") or {}).get(name, [])}
+        again = {forecast.step: forecast.predicted for forecast in replay(make_rule(name), run.view)[1]}
+        for step, predicted in live.items():
+            total += 1
+            repeated = again.get(step)
+            differ += repeated is None or not (predicted == repeated or (predicted is None and math.isinf(repeated)))
+    return differ, total
+
+
+def replay_sentence(runs: Sequence[ScoredRun] | None = None, name: str = "acc-trend") -> str:
+    """Whether a replay of the registered runs' summaries says what ``name`` said live, and why not."""
+    runs = registered_runs() if runs is None else runs
+    differ, total = replay_differences(runs, name)
+    if not differ:
+        return (f"A replay of the registered new-task runs' summaries repeats every one of the {total} {name} "
+                "forecasts recorded live.")
+    return ("A replay says what a rule said live when the summary holds the run facts the rule had live. The "
+            "registered new-task runs' summaries gained `max_steps` at export, after the run: "
+            f"{differ} of the {total} {name} forecasts recorded live on them differ from a replay (live, without a "
+            "budget, a forecaster's reach was a multiple of the step so far; replayed, a multiple of the budget). "
+            "Their scores ([newtasks.md](newtasks.md)) are the replay's; the runner now gives the detector the budget "
+            "and the warm-up before the run.")
+
+
+def provenance_line(runs: Sequence[ScoredRun]) -> str:
+    """Where the registered runs were made, as their summaries say, and what they do not record."""
+    seen = sorted({f"torch {run.summary.get('torch')}, {run.summary.get('threads')} thread(s)" for run in runs})
+    return (f"As the summaries record it: {'; '.join(seen)}. " + unrecorded(
+        {Path(run.name).name.removesuffix(".json.gz"): run.summary for run in runs})
+            + " The export adds them since (`study.phases.corpus.made_on`).")
 
 
 def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
@@ -266,6 +381,10 @@ def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
     for name in [*found["warnings"]["default"], *found["warnings"]["comparators"]]:
         score = s["warnings"][name]
         lines.append(f"| {name} (warning) | {score['precision']} | {score['false_alarms_controls']} | | |")
+        fixed = s["corrected"]["warnings"][name] if s["corrected"] else score
+        if warning_table([fixed]) != warning_table([score]):
+            lines.append(f"| {name} with the registered warm-up (a correction: the summaries lack it) | "
+                         f"{fixed['precision']} | {fixed['false_alarms_controls']} | | |")
     half = {name: score["fractions"]["0.5"] for name, score in s["forecasts"].items()}
     best = min(found["forecast_comparators"], key=lambda name: (half[name]["median_error"], name))
     for name, role in ((found["forecaster"]["default"], "default forecast"), (best, "best comparator")):
@@ -277,10 +396,13 @@ def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("run", "report", "readme"))
+    parser.add_argument("command", choices=("run", "report", "readme", "replay"))
+    add_launch_arguments(parser, workers=1)
     args = parser.parse_args(argv)
     if args.command == "run":
-        run_all()
+        run_all(launch_args=args)
+    elif args.command == "replay":
+        print(replay_sentence())
     elif args.command == "report":
         DOC.write_text(page() + "\n")
         print(DOC.read_text())

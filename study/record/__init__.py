@@ -1,2 +1,17 @@
 """The study's record: every page and generated passage of README.md and docs/, read from the committed corpus
 (``python -m study.record.summary`` rewrites them all)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+
+
+def page_command(module: str, doc: str, write: Callable[[], str], readme: Callable[[], str],
+                 argv: Sequence[str] | None = None) -> None:
+    """``python -m study.record.<module> [page|readme]``: a registered test's page written to ``doc`` (and printed),
+    or the README's line from the same figures."""
+    parser = argparse.ArgumentParser(prog=f"python -m study.record.{module}", description=f"writes {doc}")
+    parser.add_argument("what", nargs="?", choices=("page", "readme"), default="page",
+                        help="the page (default), or the README's line from the same figures")
+    print(readme() if parser.parse_args(argv).what == "readme" else write())

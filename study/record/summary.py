@@ -34,11 +34,11 @@ PROSE = ("README.md", "docs")  # where passages are looked for
 
 def _claims_page() -> str:
     from capgeo_callbacks.run.reading import find_runs
-    from study.record.claims import claims, render
+    from study.record.claims import page
 
     folders = claims_folders()
-    return render(claims([record for folder in folders for record in find_runs(ROOT / folder)]),
-                  "python -m study.record.claims " + " ".join([*folders, "--out", "docs/claims"]))
+    return page([record for folder in folders for record in find_runs(ROOT / folder)],
+                "python -m study.record.claims " + " ".join([*folders, "--out", "docs/claims"]))
 
 
 def claims_folders() -> list[str]:
@@ -94,8 +94,24 @@ def study_page(pages: dict[str, str]) -> str:
         if until is not None:  # only the first part (the whole page is linked)
             body = body.split(until)[0].strip()
         shown = command if "..." not in command else "python -m study.record.claims " + " ".join(claims_folders())
+        body = rebased(body, Path(path).relative_to("docs").parent)
         parts += [f"## {title}", "", f"`{shown}` ([{path}]({Path(path).relative_to('docs')}))", "", body, ""]
     return "\n".join(parts)
+
+
+def rebased(body: str, folder: Path) -> str:
+    """The relative links of a page in ``docs/<folder>/``, made relative to ``docs/``, where study.md is (a link
+    that worked on its own page works on the study page)."""
+    if folder == Path("."):
+        return body
+
+    def rebase(match: re.Match[str]) -> str:
+        target = match.group(2)
+        if "://" in target or target.startswith(("#", "/")):
+            return match.group(0)
+        return match.group(1) + os.path.normpath(folder / target)
+
+    return re.sub(r"(\]\()([^)#\s]+)", rebase, body)
 
 
 def run_command(command: str) -> str:
@@ -161,8 +177,6 @@ def differences(texts: dict[Path, str]) -> list[str]:
 NUMBERS: dict[str, dict[str, str]] = {
     "README.md": {
         "2602.15997": "the study's arXiv id",
-        "273": "corpus/gallery/own_model.json.gz: the example's acquisition "
-               "(python -m study.record.user_forecast gallery)",
     },
 }
 NUMBER = re.compile(r"\d[\d,.]*%?")

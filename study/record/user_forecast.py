@@ -17,6 +17,7 @@ import argparse
 import importlib
 import math
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs
 from capgeo_callbacks.scoring.scores import Rate, error_text, scored_run
 from launch import ROOT
-from study.phases.corpus import CORPUS, write_packed
+from study.phases.corpus import CORPUS, made_on, unrecorded, write_packed
 
 GALLERY = CORPUS / "gallery"
 DOC = ROOT / "docs" / "user-forecast.md"
@@ -44,12 +45,19 @@ SHARES = (0.25, 0.5, 0.75)
 
 
 def run_gallery() -> list[Path]:
-    """Each gallery example trained once as its test trains it; its summary packed into corpus/gallery."""
+    """Each gallery example trained once as its test trains it; its summary packed into corpus/gallery, with where it
+    ran and the CPU seconds it took (the examples' trainers choose their accelerator: the GPU where there is one)."""
+    import torch
+
     written = []
     for name, module, options in EXAMPLES:
         with tempfile.TemporaryDirectory() as root:
+            started = time.process_time()
             folder = importlib.import_module(module).main(root=root, **options)
-            written.append(write_packed(read_summary(folder), GALLERY / f"{name}.json.gz"))
+            summary = {**read_summary(folder), "cpu_seconds": round(time.process_time() - started, 1),
+                       "threads": torch.get_num_threads(),
+                       **made_on("cuda:0" if torch.cuda.is_available() else "cpu")}
+            written.append(write_packed(summary, GALLERY / f"{name}.json.gz"))
     return written
 
 
@@ -151,6 +159,12 @@ def gallery_lines(runs: Sequence[ScoredRun]) -> list[str]:
     return lines
 
 
+def gallery_provenance() -> str:
+    """What the gallery's summaries record of where they ran (``python -m study.user_forecast gallery`` adds it)."""
+    return unrecorded({path.name.removesuffix(".json.gz"): read_summary(path)
+                       for path in sorted(GALLERY.glob("*.json.gz"))})
+
+
 def report() -> str:
     rules = [make_rule(name) for name in FORECASTERS]
     low, high, count = spread()
@@ -170,7 +184,7 @@ def report() -> str:
              "|predicted - actual| / actual at a share of each acquired run's time to acquisition; 'none' where it "
              "made no forecast there (a missing "
              "forecast counts as an infinite error in the median).", "",
-             "## The gallery", "", *gallery_lines(gallery_runs()), "",
+             "## The gallery", "", *gallery_lines(gallery_runs()), "", gallery_provenance(), "",
              "## By set", "", *section("gallery", gallery_runs(), rules)]
     for name in SETS:
         lines += section(f"corpus/{name}", load_runs(CORPUS / name), rules)

@@ -72,3 +72,20 @@ def test_bad_arguments() -> None:
         EvaluationSchedule(steps=[0, -4])
     with pytest.raises(ValueError, match="points must be an integer >= 1"):
         EvaluationSchedule(points=0)
+
+
+def test_the_budget_under_max_epochs(tmp_path: Path) -> None:
+    """Under max_epochs (no max_steps) the schedule spans the trainer's estimated optimizer steps."""
+    seed_everything(0, verbose=False)
+    train, val = answer_loaders()
+    schedule = EvaluationSchedule(points=12)
+    cbs = [RankMeMonitor(layers=LAYERS, num_rows=64), PrecursorDetector(monitor="val_acc", logprob_monitor=None),
+           schedule]
+    fitted = Trainer(max_epochs=2, num_sanity_val_steps=0, accelerator="cpu", logger=False, callbacks=cbs,
+                     enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                     default_root_dir=tmp_path)
+    fitted.fit(TinyAnswerLM(), train, val)
+    budget = 2 * len(train)
+    assert fitted.global_step == budget
+    assert schedule.steps == evaluation_steps(budget, 12)
+    assert [p[0] for p in cbs[1].acc] == schedule.steps  # validated at the schedule's steps only, not at epoch ends

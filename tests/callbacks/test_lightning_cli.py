@@ -125,7 +125,7 @@ def test_callbacks_from_yaml_are_built_and_measure(tmp_path: Path) -> None:
     assert detector.settings.min_drop == 0.4 and detector.settings.smoothing == 1
     assert detector.settings.patience == DetectionSettings().patience  # the others keep their defaults
     assert dict(detector.settings.measure_transitions) == {"rankme/": "collapse", "probe_acc/": "crossing"}
-    assert detector.run_info == {"task": "copy", "note": "from YAML"}
+    assert detector.run_info == {"task": "copy", "note": "from YAML", "max_steps": cli.trainer.max_steps}
     assert schedule.points == 8 and schedule.schedule == "linear"
 
     # and they measured at the schedule's steps

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from lightning.pytorch import Trainer
@@ -12,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from capgeo_callbacks import DetectionSettings, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
 from capgeo_callbacks.detection import align, scan_alerts
+from capgeo_callbacks.rules import StudyRule
 from tests.callbacks.conftest import read_events
 from tests.callbacks.scripted import INTERVAL, RANKME, ScriptedAccuracy, ScriptedMeasure
 
@@ -30,10 +32,15 @@ def run(tmp_path, steps: int, detector: PrecursorDetector, ckpt_path: str | None
     return trainer
 
 
+def study_detector(**options: Any) -> PrecursorDetector:
+    """The detector with the study's rule alone (the scripted series are the study rule's story)."""
+    settings = DetectionSettings(smoothing=1)
+    return PrecursorDetector(settings=settings, rules=[StudyRule(settings)], **options)
+
+
 def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
     alerts = []
-    detector = PrecursorDetector(on_alert=alerts.append, settings=DetectionSettings(smoothing=1),
-                                 run_info={"task": "scripted"})
+    detector = study_detector(on_alert=alerts.append, run_info={"task": "scripted"})
     run(tmp_path, steps=10 * len(RANKME), detector=detector)
 
     # collapse at eval 5 (step 60); recovery: above 8 + 10% of the 32-point drop at steps 80 and 90
@@ -74,11 +81,11 @@ def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
 def test_resume_does_not_repeat_alerts(tmp_path) -> None:
     first: list = []
     run(tmp_path / "a", steps=100,
-        detector=PrecursorDetector(on_alert=first.append, settings=DetectionSettings(smoothing=1)))
+        detector=study_detector(on_alert=first.append))
     assert [a.kind for a in first] == ["layer", "run"]
     checkpoint = next((tmp_path / "a").rglob("*.ckpt"))
     second: list = []
-    detector = PrecursorDetector(on_alert=second.append, settings=DetectionSettings(smoothing=1))
+    detector = study_detector(on_alert=second.append)
     run(tmp_path / "b", steps=10 * len(RANKME), detector=detector, ckpt_path=str(checkpoint))
     assert second == []  # already raised before the interruption
     summary = detector.summary

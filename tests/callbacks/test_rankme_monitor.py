@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from lightning.pytorch import Trainer, seed_everything
@@ -70,10 +72,15 @@ def test_unmatched_layer_lists_close_names(tmp_path) -> None:
 
 
 def test_answer_selector_without_mask_warns_and_skips(tmp_path) -> None:
-    monitor = RankMeMonitor(layers="encoder.layers.0")  # default selector needs batch["answer_mask"]
-    with pytest.warns(UserWarning, match=r"selector 'first_answer' needs batch\['answer_mask'\]"):
+    monitor = RankMeMonitor(layers="encoder.layers.0", selector="first_answer")  # needs batch["answer_mask"]
+    with pytest.warns(UserWarning, match=r"selector 'first_answer' needs batch\['answer_mask'\]") as caught:
         fit(tmp_path, [monitor], steps=8)
     assert monitor.series == {}
+    # shown at the user's line that led to it (fit()'s trainer.fit; inside a forward hook, the model's own forward
+    # that called the layer), never at capgeo's own code
+    ours = [(Path(w.filename), w.lineno) for w in caught if str(w.message).startswith("RankMeMonitor:")]
+    assert ours and all(path.parent == Path(__file__).parent for path, _ in ours), ours
+    assert any(path == Path(__file__) for path, _ in ours)  # the usable-rows word, at fit()'s trainer.fit
 
 
 def test_bad_arguments_raise() -> None:

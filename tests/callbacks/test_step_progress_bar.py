@@ -73,3 +73,32 @@ def test_the_bar_counts_steps_out_of_the_budget_with_what_capgeo_watches(tmp_pat
     detector = callbacks[1]
     if detector.acquired_step is not None:
         assert f"acquired=step {detector.acquired_step}" in lines[-1]
+
+
+def test_a_log_file_gets_a_line_per_five_percent_and_one_bar_over_many_epochs(tmp_path: Path) -> None:
+    """Output that is not a terminal: a line per 5% of the budget (not one per step), each ending in a newline; under
+    max_epochs the budget is the trainer's estimated steps, and the bar's clock runs over every epoch (its rate and
+    elapsed time do not restart with each one)."""
+    from lightning.pytorch import Callback
+
+    class Clock(Callback):  # the bar's start time at the end of each epoch
+        def __init__(self) -> None:
+            self.starts: list[float] = []
+
+        def on_train_epoch_end(self, trainer: Trainer, pl_module: object) -> None:
+            self.starts.append(trainer.progress_bar_callback.train_progress_bar.start_t)
+
+    seed_everything(0, verbose=False)
+    clock = Clock()
+    train, val = loaders(batch_size=64)  # 8 batches an epoch
+    trainer = Trainer(max_epochs=12, logger=False, callbacks=[StepProgressBar(), clock], enable_checkpointing=False,
+                      enable_model_summary=False, accelerator="cpu", default_root_dir=tmp_path,
+                      limit_val_batches=0)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        trainer.fit(ForeignEncoder(), train, val)
+    lines = [line for line in printed.getvalue().split("\n") if "step" in line]
+    assert trainer.global_step == 96
+    assert 20 <= len(lines) <= 23, lines  # 96 steps: a line at each 5% and the last, not 96
+    assert all("/96" in line for line in lines) and "96/96" in lines[-1]
+    assert len(clock.starts) == 12 and len(set(clock.starts)) == 1  # one clock over the 12 epochs

@@ -106,6 +106,8 @@ def test_a_run_leaves_its_summary_and_resumes_to_the_weights_of_an_unbroken_run(
     assert record["cpu_seconds"] == pytest.approx(sum(p["cpu_seconds"] for p in record["parts"]))
     summary = json.loads((resumed / "capgeo_summary.json").read_text())
     assert summary["steps"] == 12 and summary["series"]["acc"][0][0] == 0
+    # the budget and the warm-up were known live (a replay of the summary reads what the rules read) and the device
+    assert (summary["max_steps"], summary["warmup_steps"], record["device"]) == (12, settings.warmup, "cpu")
     weights = [torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
                for folder in (whole, resumed)]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])

@@ -90,6 +90,9 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
         assert [p[0] for p in callback.series[f"rankme/{label}"]] == steps
         assert [p[0] for p in callback.series[f"probe_acc/{label}"]] == steps
     assert callback.rows == {f"{kind}/{label}": 256 for kind in ("rankme", "probe_acc") for label in LABELS}
+    # the Trainer's budget and warm-up (none here) reach the rules and the summary as run facts
+    assert {key: callback.summary[key] for key in ("task", "max_steps", "warmup_steps")} == {
+        "task": "reverse", "max_steps": 40, "warmup_steps": 0}
 
     # the last point is the trained model: RankMe of the same rows, recomputed here with numpy
     model = trainer.model.eval()

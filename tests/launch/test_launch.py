@@ -1,4 +1,4 @@
-"""The launcher on its real engines, with tiny train.py runs: a local Ray (2 CPUs, one instance for the module) runs
+"""The launcher on its real engines, with tiny train.py runs: a local Ray (2 CPUs, one for the folder: conftest) runs
 a 2 x 2 grid and skips it on a second call; a trial killed mid-run resumes from its checkpoint while a crashing one
 is reported and the others go on; submitit's local executor runs a grid; bad input is a clear message."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,6 @@ TINY = ("--difficulty", "easy", "--max-steps", "6", "--eval-points", "3", "--mea
 
 def tiny(logdir: Path, task: str, seed: int, *extra: str) -> Trial:
     return Trial(f"{task}-s{seed}", ("--task", task, *TINY, "--seed", str(seed), *extra), logdir)
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray = pytest.importorskip("ray")
-    start_ray(cpus=2)
-    yield
-    ray.shutdown()
 
 
 def summary(trial: Trial) -> dict[str, Any]:

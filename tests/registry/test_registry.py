@@ -162,23 +162,26 @@ def test_every_measure_builds_from_its_defaults_writes_its_keys_and_round_trips(
 
 
 def test_the_registry_holds_capgeos_measures_with_their_measured_defaults() -> None:
-    assert measure_names()[:5] == ("rankme", "probes", "grad_rank", "hessian", "llc")
-    assert [spec.name for spec in BUILTIN_MEASURES if spec.default] == ["rankme", "probes"]
+    assert measure_names()[:6] == ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc")
+    assert [spec.name for spec in BUILTIN_MEASURES if spec.default] == ["rankme", "probes", "weight_norm"]
     assert {spec.name: spec.cost for spec in BUILTIN_MEASURES} == {
-        "rankme": "cheap", "probes": "cheap", "grad_rank": "costly", "hessian": "costly", "llc": "costly"}
+        "rankme": "cheap", "probes": "cheap", "weight_norm": "cheap", "grad_rank": "costly", "hessian": "costly",
+        "llc": "costly"}
     assert {spec.name: spec.needs for spec in BUILTIN_MEASURES} == {
-        "rankme": "hidden_states", "probes": "hidden_states", "grad_rank": "per_example_gradients",
-        "hessian": "loss_closure", "llc": "loss_closure"}
+        "rankme": "hidden_states", "probes": "hidden_states", "weight_norm": "parameters",
+        "grad_rank": "per_example_gradients", "hessian": "loss_closure", "llc": "loss_closure"}
     # the cadences and options train.py has used (measured choices, README "The corpus")
     assert {spec.name: spec.callback_options() for spec in BUILTIN_MEASURES} == {
         "rankme": {"every_n_evals": 1},
         "probes": {"every_n_evals": 4},
+        "weight_norm": {"every_n_evals": 1},
         "grad_rank": {"every_n_evals": 4, "batch_size": 64},
         "hessian": {"every_n_evals": 16, "k": 1, "num_iterations": 20, "batch_size": 64},
         "llc": {"every_n_evals": 32, "num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
     }
     assert [key for spec in BUILTIN_MEASURES for key in spec.keys] == [
-        "rankme/<layer>", "probe_acc/<layer>", "grad_erank", "grad_cov_rank", "grad_cov_numerical_rank",
+        "rankme/<layer>", "probe_acc/<layer>", "weight_norm/global", "weight_norm/<layer>", "grad_erank",
+        "grad_cov_rank", "grad_cov_numerical_rank",
         "hessian/eig_<i>", "llc", "llc_std", "llc_fraction_below_init"]
 
 
@@ -188,7 +191,7 @@ def test_transition_kinds_agree_with_detections_default() -> None:
     kinds = measure_transitions(BUILTIN_MEASURES)
     for key, expected in [("rankme/blocks.0", "collapse"), ("probe_acc/norm_f", "crossing"),
                           ("grad_erank", "collapse"), ("hessian/eig_0", "change"), ("llc", "change"),
-                          ("hessian/eig_1", None), ("llc_std", None)]:
+                          ("hessian/eig_1", None), ("llc_std", None), ("weight_norm/global", "change")]:
         assert transition_kind(key, kinds) == transition_kind(key, MEASURE_TRANSITIONS) == expected
 
 
@@ -210,17 +213,18 @@ def test_the_markdown_command_prints_the_page(capsys: pytest.CaptureFixture[str]
 
 def test_train_py_measures_come_from_the_registry() -> None:
     assert measure_names() == train.MEASURES
-    assert train.DEFAULT_MEASURES == ("rankme", "probes")
+    assert train.DEFAULT_MEASURES == ("rankme", "probes", "weight_norm")
     for spec in BUILTIN_MEASURES:  # the registry's cadence and options, with train.py's layers and rows
         expected = {**spec.callback_options(), **train.LAYERS_AND_ROWS.get(spec.name, {})}
         assert train.MEASURE_OPTIONS[spec.name] == expected
         assert train.MEASURE_CALLBACKS[spec.name] is spec.callback
     help_text = " ".join(train.measures_help().split())
-    assert "'default' (rankme, probes)" in help_text and "grad_rank, hessian, llc (costly)" in help_text
+    assert "'default' (rankme, probes, weight_norm)" in help_text and "grad_rank, hessian, llc (costly)" in help_text
 
 
 @pytest.mark.parametrize(("spec", "names"), [
-    ("default", ["rankme", "probes"]), ("none", []), ("all", ["rankme", "probes", "grad_rank", "hessian", "llc"]),
+    ("default", ["rankme", "probes", "weight_norm"]), ("none", []),
+    ("all", ["rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc"]),
     ("llc, rankme", ["llc", "rankme"]),
 ])
 def test_resolve_measures(spec: str, names: list[str]) -> None:
@@ -256,7 +260,7 @@ def test_bad_specs_and_names_are_errors_that_say_what_is_right() -> None:
 def test_a_users_measure_plugs_into_train_py(norm_registered: MeasureSpec) -> None:
     assert resolve_measures("rankme,norm") == train.resolve_measures("rankme,norm") == ["rankme", "norm"]
     assert train.resolve_measures("all")[-1] == "norm" and "norm" not in train.resolve_measures("default")
-    assert "rankme, probes, norm (cheap)" in train.measures_help()
+    assert "rankme, probes, weight_norm, norm (cheap)" in train.measures_help()
     callbacks = train.build_measure_callbacks(["norm", "rankme"], run_info={})
     assert [type(cb).__name__ for cb in callbacks] == ["RankMeMonitor", "NormMonitor", "PrecursorDetector"]
     assert callbacks[1].num_rows == 128  # its registry defaults (train.py has no options of its own for it)

@@ -67,3 +67,38 @@ def test_each_target_is_met_exactly_when_its_figure_clears_it(tmp_path: Path, re
         theirs = s["forecasts"][name]["fractions"]["0.5"]["median_error"]
         verdict = rows[f"acc-trend's error at 50% below {name}'s"]
         assert verdict.startswith("met") == (ours is not None and theirs is not None and ours < theirs)
+
+
+def test_summaries_without_a_warm_up_are_scored_again_with_the_registered_one(tmp_path: Path, repo: tuple) -> None:
+    """A correction beside the registered figures: the registered runs keep what their summaries say."""
+    path, _, after = repo
+    runs, made = tmp_path / "runs", {"registration": {"sha256": sha256(path)}, "commit": after}
+    write_run(runs, "without", ACQUIRED, seed=100, task="recall", warmup_steps=None, **made)
+    write_run(runs, "with", ACQUIRED, seed=101, task="recall", **made)  # warm-up 50, as recorded
+    s = scored(path, runs)
+    warmups = lambda chosen: {Path(run.name).parent.name: run.view.warmup_steps for run in chosen}  # noqa: E731
+    assert warmups(s["runs"]) == {"without": None, "with": 50}
+    assert s["corrected"]["count"] == 1
+    assert warmups(s["corrected"]["runs"]) == {"without": registration(path)["families"]["recall"]["warmup"],
+                                               "with": 50}
+
+
+def test_a_replay_repeats_what_was_said_live_unless_a_fact_was_added_after(tmp_path: Path) -> None:
+    from capgeo_callbacks.rules import make_rule
+    from capgeo_callbacks.run.summary import write_summary
+    from capgeo_callbacks.run.tracker import RunTracker
+    from capgeo_callbacks.scoring import load_runs
+    from study.phases.newtasks import replay_differences
+
+    tracker = RunTracker(rules=[make_rule("acc-trend")], run_info={"task": "t", "seed": 0})  # no budget given live
+    rising = [0.0] * 20 + [0.015 * i for i in range(1, 21)]  # off its plateau, not acquired
+    for step, value in zip(range(0, 2000, 50), rising, strict=True):
+        tracker.update(step, value)
+    write_summary(tracker.summary(), tmp_path / "live" / "run")
+    differ, total = replay_differences(load_runs(tmp_path / "live"), "acc-trend")
+    assert total > 0 and differ == 0
+    # the same summary with a budget added after the run: forecasts beyond 3 budgets are now out of reach
+    summary = {**tracker.summary(), "max_steps": 300}
+    write_summary(summary, tmp_path / "added" / "run")
+    differ, total_added = replay_differences(load_runs(tmp_path / "added"), "acc-trend")
+    assert total_added == total and differ > 0

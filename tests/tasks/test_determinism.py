@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 import logging
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -129,9 +131,19 @@ def _fit(
     return model.seen
 
 
+@pytest.fixture
+def quiet_lightning() -> Iterator[None]:
+    """Lightning's info lines off for one test: a level left behind would hide other tests' info lines."""
+    logger = logging.getLogger("lightning.pytorch")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
+
+
+@pytest.mark.usefixtures("quiet_lightning")
 def test_lightning_resume_continues_the_same_stream(tmp_path: Path) -> None:
     """Lightning prefetches one batch ahead; the resumed run must still train on batch k next."""
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     straight = _fit(6)
     first = _fit(3, save_to=tmp_path / "a.ckpt")
     ckpt = torch.load(tmp_path / "a.ckpt", weights_only=False)

@@ -1,0 +1,17 @@
+"""One local Ray for the launcher's tests (started at the first test that asks, shut down after the folder's last)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from launch.engines import start_ray
+
+
+@pytest.fixture(scope="package")
+def local_ray() -> Iterator[None]:
+    ray = pytest.importorskip("ray")
+    start_ray(cpus=2)
+    yield
+    ray.shutdown()
