@@ -10,14 +10,13 @@ over the whole run and,
 beside the logged progress-bar metrics, the latest monitored accuracy, the deepest watched layer's RankMe and the
 forecast of the acquisition step made at the latest evaluation, with its interval, or the acquisition step once it
 is confirmed: all read from the view of the run the :class:`~capgeo_callbacks.PrecursorDetector`'s session keeps
-(:class:`~capgeo_callbacks.run.view.SessionView`), if there is a detector. Where its output is not a terminal (a log
-file), it writes a line per 5% of the budget instead of redrawing one line.
+(:meth:`~capgeo_callbacks.run.view.SessionView.progress`), if there is a detector. Where its output is not a
+terminal (a log file), it writes a line per 5% of the budget instead of redrawing one line.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import time
 from typing import Any
@@ -134,19 +133,4 @@ class StepProgressBar(TQDMProgressBar):
         detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
         if detector is None:
             return metrics
-        view = detector.view
-        if view.steps:
-            metrics[view.keys.monitor] = f"{view.acc:.3f}"
-        rankme = [(layer, value) for layer, value in view.layers().items() if math.isfinite(value)]
-        if rankme:
-            deepest, value = rankme[-1]
-            metrics[f"rankme {deepest}"] = f"{value:.1f}"
-        if view.acquired_step is not None:
-            metrics["acquired"] = f"step {view.acquired_step}"
-        elif view.forecasts:  # made at the latest evaluation: an older one may no longer stand
-            latest = list(view.forecasts.values())[-1]
-            interval = ("" if latest.low is None or latest.high is None else
-                        f" [{latest.low:.0f}, {'inf' if math.isinf(latest.high) else f'{latest.high:.0f}'}]")
-            metrics[f"forecast ({latest.rule})"] = ("beyond reach" if math.isinf(latest.predicted)
-                                                   else f"step {latest.predicted:.0f}{interval}")
-        return metrics
+        return {**metrics, **detector.view.progress()}

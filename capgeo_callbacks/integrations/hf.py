@@ -32,7 +32,6 @@ from capgeo_callbacks.integrations.hf_models import (
     selected_rows,
 )
 from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
-from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.rules import Rule, default_rules
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
@@ -40,9 +39,13 @@ from capgeo_callbacks.run.session import Measurements, RunSession
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers.trainer_callback import CallbackHandler
 except ImportError as err:  # pragma: no cover - the message is the point
     raise ImportError("capgeo_callbacks.integrations.hf needs transformers: pip install 'capgeo-callbacks[hf]' "
                       "(or pip install 'transformers>=4.40')") from err
+
+# it imports transformers: after the check above
+from capgeo_callbacks.integrations.hf_loggers import TrainerLogs, attach
 
 __all__ = ["ACC_KEY", "CapgeoTrainerCallback"]
 
@@ -62,10 +65,15 @@ class CapgeoTrainerCallback(TrainerCallback):
     ``labels``, unshifted as the model takes them, or capgeo's ``targets`` + ``answer_mask``), ``val/acc`` (exact
     match of the target tokens), ``val/token_acc``, ``val/logprob``, ``val/loss`` (the model's loss on the rows) and
     a linear probe per layer on the positions that predict a target (``acc_fn`` gives the accuracy instead; without
-    targets or ``acc_fn`` it is NaN, never acquired). It runs in
-    eval mode without gradients and with the RNG forked: training ends at bit-identical weights. Each measurement is
-    appended to ``state.log_history`` and added to the next ``on_log``'s ``logs``; a resumed run rebuilds its
-    series from the log history. Only the world process zero announces and writes.
+    targets or ``acc_fn`` it is NaN, never acquired). It runs in eval mode without gradients and with the RNG forked:
+    training ends at bit-identical weights. Each measurement is a log event at its step
+    (:mod:`~capgeo_callbacks.integrations.hf_loggers`): in ``state.log_history`` and the ``on_log`` of every
+    ``report_to`` integration and user callback; text, images, the layout and hparams reach TensorBoard, MLflow and
+    W&B; the Trainer's bar shows the run's figures. A resumed run rebuilds its series from the log history.
+
+    Logged keys (``train/<key>`` in TensorBoard and W&B): ``rankme/``, ``probe_acc/``, ``rankme_early/`` and
+    ``rankme_floor/<layer>``, ``val/acc``, ``val/token_acc``, ``val/logprob``, ``val/loss``, ``forecast/<rule>``,
+    ``capgeo/alerts_raised``; text ``capgeo/alerts`` and ``/verdict``, images ``capgeo/story`` and ``/rankme_heatmap``.
 
     Args:
         probe_rows: a dict of N-row tensors: ``input_ids`` (N, T), optionally ``attention_mask``, and ``labels``
@@ -89,6 +97,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         run_info: run facts for the summary and the rules (task, seed, chance, ...); ``max_steps`` and
             ``warmup_steps`` default to the Trainer's (``state.max_steps``, ``args.get_warmup_steps``).
         rules: the rules run live (default: :func:`~capgeo_callbacks.rules.default_rules` on ``settings``).
+        live_figures: also publish the story card where a rule first warns and where acquisition is confirmed.
 
     Raises:
         ValueError: on a bad argument; in ``on_train_begin`` if a layer pattern matches no hidden state or a probe
@@ -106,7 +115,8 @@ class CapgeoTrainerCallback(TrainerCallback):
                  eval_steps: Sequence[int] | None = None, points: int = 256, schedule: str = "geometric",
                  max_steps: int | None = None, acc_fn: AccFn | None = None, output_dir: str | Path | None = None,
                  probes: bool = True, batch_size: int = 64, on_alert: Callable[[Alert], Any] | None = None,
-                 run_info: Mapping[str, Any] | None = None, rules: Sequence[Rule] | None = None) -> None:
+                 run_info: Mapping[str, Any] | None = None, rules: Sequence[Rule] | None = None,
+                 live_figures: bool = True) -> None:
         rows = check_probe_rows(probe_rows)
         selector, patterns = probe_selector(rows, selector), layer_globs(layers)
         if num_rows is None:
@@ -121,7 +131,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         chosen = rules is not None
         rules = default_rules(settings) if rules is None else rules
         self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
-                                  token_acc_key=TOKEN_ACC, on_alert=on_alert,
+                                  token_acc_key=TOKEN_ACC, on_alert=on_alert, live_figures=live_figures,
                                   warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning),
                                   rules_chosen=chosen)
         self.units = _units(selector, num_rows, self.probes, self.session.warn)
@@ -129,7 +139,7 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.rows: dict[str, int] = {}
         self._scheduled = frozenset(eval_steps or ())
         self._budget = max_steps if max_steps is not None else (max(eval_steps) if eval_steps else None)
-        self._pending: dict[str, float] = {}
+        self._handler: CallbackHandler | None = None  # the Trainer's, read in on_train_begin
         self._parameters = 0
 
     steps = property(lambda self: list(self.session.view.steps), doc="The steps measured so far.")
@@ -145,6 +155,7 @@ class CapgeoTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: nn.Module | None = None, **kwargs: Any) -> None:
         check_model(model, self.layers, self.probe_rows["input_ids"])  # raises before any update
+        self._handler = attach(self)
         self._parameters = sum(p.numel() for p in model.parameters())
         self.session.is_zero = bool(state.is_world_process_zero)
         if self._probes_wanted and not self.probes:
@@ -155,40 +166,32 @@ class CapgeoTrainerCallback(TrainerCallback):
                 raise ValueError("CapgeoTrainerCallback needs a budget: pass eval_steps=[...] or max_steps=N, or "
                                  "give the Trainer max_steps / num_train_epochs")
             self._scheduled = frozenset(evaluation_steps(self._budget, self.points, self.schedule))
-        # the budget and the warm-up are known before the run: the rules read them live (a run_info given wins)
-        budget = int(state.max_steps or 0) or self._budget
-        known = {"max_steps": budget, "warmup_steps": args.get_warmup_steps(budget) if args is not None else None}
-        self.session.add_run_info({key: value for key, value in known.items()
-                                   if value is not None and self.session.run_info.get(key) is None})
+        _add_run_facts(self.session, args, int(state.max_steps or 0) or self._budget)
         if state.global_step > 0 and not self.session.view.steps:
             _restore(self, state)
         if state.global_step in self._scheduled:
-            self._measure_at(state, model)
+            self._measure_at(args, state, control, {"model": model, **kwargs})
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     model: nn.Module | None = None, **kwargs: Any) -> None:
         if model is not None and state.global_step in self._scheduled:
-            self._measure_at(state, model)
-
-    @never_fails
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if logs is not None and self._pending:
-            logs.update(self._pending)
-            self._pending = {}
+            self._measure_at(args, state, control, {"model": model, **kwargs})
 
     @never_fails
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
-        self.session.finish(self.measurements(), state.global_step, directory=self.output_dir or args.output_dir)
+        publisher = TrainerLogs(self._handler, self, args, state, control, kwargs, {}, self.session.warn)
+        self.session.finish(self.measurements(), state.global_step, publisher,
+                            directory=self.output_dir or args.output_dir)
 
     def build_summary(self, state: TrainerState | None = None) -> dict[str, Any]:
         """The run summary from the series measured so far."""
         return self.session.build_summary(self.measurements(), state.global_step if state is not None else None)
 
     @never_fails
-    def _measure_at(self, state: TrainerState, model: nn.Module) -> None:
-        step = int(state.global_step)
+    def _measure_at(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    event: dict[str, Any]) -> None:
+        step, model = int(state.global_step), event["model"]
         if self.session.view.step == step:
             return  # measured at this step already (on_train_begin of a run resumed at a scheduled step)
         device = str(next(model.parameters()).device)
@@ -202,10 +205,12 @@ class CapgeoTrainerCallback(TrainerCallback):
         for tag, value in logged.items():
             append_point(self.series.setdefault(tag, []), step, value)
         acc = scalars.pop(ACC_KEY, float("nan"))
-        publisher = _Pending({**logged, ACC_KEY: acc, **scalars})
+        publisher = TrainerLogs(self._handler, self, args, state, control, event, {**logged, ACC_KEY: acc, **scalars},
+                                self.session.warn)
+        self.session.start(publisher, list(logged))
         self.session.evaluate(step, acc, scalars, self.measurements(), publisher, max_steps=self._budget)
-        state.log_history.append({**publisher.values, "step": step})
-        self._pending = publisher.values
+        publisher.log()  # one log event at this step: the log history, and every logger of the Trainer
+        publisher.progress(self.session.view.progress())
 
     def measure(self, model: nn.Module, device: str) -> tuple[dict[str, float], dict[str, float]]:
         """The units' values by tag, and the answer's scores, on the probe rows (in eval mode, without gradients)."""
@@ -214,6 +219,13 @@ class CapgeoTrainerCallback(TrainerCallback):
         computed = [unit.compute() for unit in self.units]
         self.rows.update({tag: rows for one in computed for tag, rows in one.rows.items()})
         return {tag: value for one in computed for tag, value in one.values.items()}, scalars
+
+
+def _add_run_facts(session: RunSession, args: TrainingArguments | None, budget: int) -> None:
+    """The budget and the warm-up, known before the run: the rules read them live (a run_info given wins)."""
+    known = {"max_steps": budget, "warmup_steps": args.get_warmup_steps(budget) if args is not None else None}
+    session.add_run_info({key: value for key, value in known.items()
+                          if value is not None and session.run_info.get(key) is None})
 
 
 def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
@@ -254,13 +266,3 @@ def _no_probes(rows: Mapping[str, Tensor], selector: Selector) -> str:
         return (f"no probes: the probe rows hold no targets (looked for {TARGETS_LOOKED_FOR}); pass probe_rows with "
                 "'labels'")
     return f"no probes: selector {selector_name(selector)!r} takes rows without labels; use 'target' or 'answer'"
-
-
-class _Pending(Publisher):
-    """The Trainer's log history takes scalars only: what the session publishes joins the measured values."""
-
-    def __init__(self, values: dict[str, float]) -> None:
-        self.values = values
-
-    def scalars(self, values: Mapping[str, float], step: int) -> None:
-        self.values.update(values)

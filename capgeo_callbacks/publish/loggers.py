@@ -4,7 +4,8 @@ TensorBoard gets text entries, images and hparams; a CSV logger gets ``capgeo_te
 beside its ``metrics.csv``; Weights & Biases gets tables, images and an alert; MLflow gets text and image
 artifacts under ``capgeo/``. Any other logger gets hparams and metrics through the base ``Logger`` API.
 Nothing here may stop training: a logger that cannot take something is skipped with one warning, and a
-logger that fails is reported once. Only rank zero writes.
+logger that fails is reported once. Only rank zero writes. The loggers are a Lightning Trainer's, or any
+:class:`LoggerHost`'s (the Hugging Face callback's: the Trainer's integrations as Lightning loggers).
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import lightning.pytorch as pl
 import numpy as np
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.loggers.logger import DummyLogger
@@ -24,14 +24,28 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from capgeo_callbacks.publish.publisher import Publisher
 
-__all__ = ["TEXT_FILENAME", "TrainerPublisher", "publish_alert", "publish_hparams", "publish_image", "publish_text",
-           "safe_name"]
+__all__ = ["TEXT_FILENAME", "LoggerHost", "TrainerPublisher", "publish_alert", "publish_hparams", "publish_image",
+           "publish_text", "safe_name"]
 
 TEXT_FILENAME = "capgeo_text.csv"
 IMAGE_FOLDER = "capgeo"
 
 WarnFn = Callable[[str, str], None]
 """``warn(key, message)``: how a skipped side effect is reported (the caller warns once per key)."""
+
+
+class LoggerHost(Protocol):
+    """What publishing reads of a trainer (a Lightning ``Trainer`` is one): its loggers, whether this process is
+    rank zero, and the step."""
+
+    @property
+    def loggers(self) -> Sequence[Logger]: ...
+
+    @property
+    def is_global_zero(self) -> bool: ...
+
+    @property
+    def global_step(self) -> int: ...
 
 
 def _warn_each_time(key: str, message: str) -> None:
@@ -43,32 +57,32 @@ def safe_name(tag: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", tag).strip("_")
 
 
-def publish_text(trainer: pl.Trainer, tag: str, text: str, step: int, warn: WarnFn = _warn_each_time) -> None:
+def publish_text(trainer: LoggerHost, tag: str, text: str, step: int, warn: WarnFn = _warn_each_time) -> None:
     """A text entry (an alert, the verdict) for every logger of ``trainer``."""
     _each(trainer, "text", lambda logger: _text(logger, tag, text, step), warn)
 
 
-def publish_image(trainer: pl.Trainer, tag: str, image: np.ndarray, step: int,
+def publish_image(trainer: LoggerHost, tag: str, image: np.ndarray, step: int,
                   warn: WarnFn = _warn_each_time) -> None:
     """An RGB image (H, W, 3) uint8 for every logger of ``trainer``; the newest replaces older files."""
     _each(trainer, "image", lambda logger: _image(logger, tag, image, step), warn)
 
 
-def publish_alert(trainer: pl.Trainer, title: str, text: str, step: int, tag: str = "capgeo/alerts",
+def publish_alert(trainer: LoggerHost, title: str, text: str, step: int, tag: str = "capgeo/alerts",
                   warn: WarnFn = _warn_each_time) -> None:
     """An alert: a text entry everywhere, and a W&B alert where there is W&B."""
     publish_text(trainer, tag, text, step, warn)
     _each(trainer, "alert", lambda logger: _alert(logger, title, text), warn)
 
 
-def publish_hparams(trainer: pl.Trainer, params: Mapping[str, Any], metrics: Mapping[str, float],
+def publish_hparams(trainer: LoggerHost, params: Mapping[str, Any], metrics: Mapping[str, float],
                     warn: WarnFn = _warn_each_time) -> None:
     """Hyperparameters and headline metrics: one ``log_hyperparams(params, metrics)`` for TensorBoard (so its
     hparams tab is filled), ``log_hyperparams(params)`` plus ``log_metrics(metrics)`` for the others."""
     _each(trainer, "hparams", lambda logger: _hparams(logger, dict(params), dict(metrics), trainer.global_step), warn)
 
 
-def _each(trainer: pl.Trainer, kind: str, send: Callable[[Logger], bool], warn: WarnFn) -> None:
+def _each(trainer: LoggerHost, kind: str, send: Callable[[Logger], bool], warn: WarnFn) -> None:
     if not trainer.is_global_zero:
         return
     for logger in trainer.loggers:
@@ -159,7 +173,7 @@ class TrainerPublisher(Publisher):
     """Publishes to every logger of a Lightning ``trainer``, on rank zero only (module docstring); a logger that
     cannot take something is reported once through ``warn``."""
 
-    def __init__(self, trainer: pl.Trainer, warn: WarnFn = _warn_each_time) -> None:
+    def __init__(self, trainer: LoggerHost, warn: WarnFn = _warn_each_time) -> None:
         self.trainer, self.warn = trainer, warn
 
     def scalars(self, values: Mapping[str, float], step: int) -> None:

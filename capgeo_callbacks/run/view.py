@@ -87,3 +87,24 @@ class SessionView:
         """The latest value of each layer's series under ``prefix`` (default: RankMe's), by layer, in depth order."""
         prefix = self.keys.rankme_prefix if prefix is None else prefix
         return by_layer({tag: self.latest(tag) for tag in self.run.tags(prefix)}, prefix)
+
+    def progress(self) -> dict[str, str]:
+        """What a progress bar shows of the run (Lightning's :class:`~capgeo_callbacks.StepProgressBar`, the
+        Trainer's bar under the Hugging Face callback): the monitored accuracy, the deepest layer's RankMe, and the
+        acquisition step once confirmed, else the forecast made at the latest evaluation with its interval."""
+        figures: dict[str, str] = {}
+        if self.steps:
+            figures[self.keys.monitor] = f"{self.acc:.3f}"
+        rankme = [(layer, value) for layer, value in self.layers().items() if math.isfinite(value)]
+        if rankme:
+            deepest, value = rankme[-1]
+            figures[f"rankme {deepest}"] = f"{value:.1f}"
+        if self.acquired_step is not None:
+            figures["acquired"] = f"step {self.acquired_step}"
+        elif self.forecasts:  # made at the latest evaluation: an older one may no longer stand
+            latest = list(self.forecasts.values())[-1]
+            interval = ("" if latest.low is None or latest.high is None else
+                        f" [{latest.low:.0f}, {'inf' if math.isinf(latest.high) else f'{latest.high:.0f}'}]")
+            figures[f"forecast ({latest.rule})"] = ("beyond reach" if math.isinf(latest.predicted)
+                                                   else f"step {latest.predicted:.0f}{interval}")
+        return figures

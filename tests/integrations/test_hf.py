@@ -57,13 +57,13 @@ def probe_rows(n: int = 48) -> dict[str, torch.Tensor]:
 
 
 class LogRecorder(transformers.TrainerCallback):
-    """A user callback listed after capgeo's: what it sees in ``on_log``."""
+    """A user callback listed after capgeo's: what it sees in ``on_log``, at which step."""
 
     def __init__(self) -> None:
-        self.logs: list[dict] = []
+        self.logs: list[tuple[int, dict]] = []
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
-        self.logs.append(dict(logs or {}))
+        self.logs.append((state.global_step, dict(logs or {})))
 
 
 def train(tmp_path: Path, callbacks: list, resume: str | None = None, **settings) -> Trainer:
@@ -103,12 +103,14 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
         z = states[rows["answer_mask"]][:256].numpy()
         assert callback.series[f"rankme/{label}"][-1][1] == pytest.approx(reference_rankme(z), rel=1e-5)
 
-    # the Trainer's own log history holds every measurement at its step
+    # the Trainer's own log history holds every measurement at its step, and without any report_to integration a
+    # callback after this one gets each as a log event at that step, apart from the Trainer's own logs
     logged = [entry for entry in trainer.state.log_history if ACC_KEY in entry]
     assert [entry["step"] for entry in logged] == steps
-    assert logged[-1]["rankme/embed"] == callback.series["rankme/embed"][-1][1]
-    # and a callback after this one gets the latest values with the Trainer's next log
-    assert recorder.logs[-2]["rankme/embed"] == logged[-1]["rankme/embed"]  # [-1]: the end-of-training log
+    assert [entry["rankme/embed"] for entry in logged] == [value for _, value in callback.series["rankme/embed"]]
+    assert [(step, logs["rankme/embed"]) for step, logs in recorder.logs if ACC_KEY in logs] == \
+        [tuple(point) for point in callback.series["rankme/embed"]]
+    assert all("loss" not in logs for _, logs in recorder.logs if ACC_KEY in logs)
 
     summary = json.loads((tmp_path / "with" / "capgeo_summary.json").read_text())
     for key in ("verdict", "layers", "series", "settings", "rows", "selectors", "alerts", "acquisition_step"):
@@ -193,9 +195,8 @@ def test_alerts_are_raised_live_once_and_failures_are_skipped(monkeypatch, caplo
     summary = callback.build_summary(state)
     assert summary["verdict"] == "precursor" and summary["acquisition_step"] == 120
     assert [a["kind"] for a in summary["alerts"]] == ["layer", "run"]
-    logs: dict = {}
-    callback.on_log(None, state, None, logs=logs)
-    assert logs["rankme/layers.0+final_norm"] == 33.0 and logs[ACC_KEY] == 0.95
+    logs = state.log_history[-1]  # without a Trainer, the log history alone
+    assert logs["rankme/layers.0+final_norm"] == 33.0 and logs[ACC_KEY] == 0.95 and logs["step"] == 160
 
 
 def test_bad_arguments_name_the_valid_choices() -> None:
@@ -219,8 +220,9 @@ def test_bad_arguments_name_the_valid_choices() -> None:
 
 
 def test_transformers_is_imported_by_capgeo_callbacks_hf_only(monkeypatch) -> None:
-    """No other module of capgeo_callbacks imports transformers at module level (offline analysis imports it
-    inside the function that loads a revision), none imports tasks or models, and capgeo_callbacks.integrations.hf
+    """No module of capgeo_callbacks but hf.py and hf_loggers.py (which hf.py imports once transformers is found)
+    imports transformers at module level (offline analysis imports it inside the function that loads a revision),
+    none imports tasks or models, and capgeo_callbacks.integrations.hf
     says what to install when transformers is missing."""
     package = Path(__file__).parents[2] / "capgeo_callbacks"
     for path in package.rglob("*.py"):
@@ -229,7 +231,7 @@ def test_transformers_is_imported_by_capgeo_callbacks_hf_only(monkeypatch) -> No
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             roots = {name.split(".")[0] for name in names}
             assert not roots & {"tasks", "models"}, path
-            if path.name != "hf.py":
+            if path.name not in ("hf.py", "hf_loggers.py"):  # hf_loggers: imported by hf.py once it is there
                 assert "transformers" not in roots, path
                 assert "capgeo_callbacks.integrations.hf" not in names, path
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if it were not installed
