@@ -34,9 +34,14 @@ from functools import cached_property
 from typing import Any
 
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-from transformers.integrations import MLflowCallback, TensorBoardCallback, WandbCallback, rewrite_logs
-from transformers.trainer_callback import CallbackHandler, PrinterCallback, ProgressCallback
+
+try:  # imported by capgeo_callbacks.integrations.hf only, after its own check
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers.integrations import MLflowCallback, TensorBoardCallback, WandbCallback, rewrite_logs
+    from transformers.trainer_callback import CallbackHandler, PrinterCallback, ProgressCallback
+except ImportError as err:
+    raise ImportError("capgeo_callbacks.integrations.hf_loggers needs transformers: "
+                      "pip install 'capgeo-callbacks[hf]'") from err
 
 from capgeo_callbacks.publish.loggers import TrainerPublisher, WarnFn
 
@@ -95,14 +100,12 @@ def lightning_loggers(callbacks: Sequence[TrainerCallback]) -> list[Logger]:
         if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
             loggers.append(_TensorBoard(callback))
         elif isinstance(callback, MLflowCallback):
-            import mlflow
-
+            mlflow = callback._ml_flow  # the module the integration logs with (installed with it)
             run = mlflow.active_run()
             if run is not None:
                 loggers.append(MLFlowLogger(tracking_uri=mlflow.get_tracking_uri(), run_id=run.info.run_id))
         elif isinstance(callback, WandbCallback):
-            import wandb
-
+            wandb = callback._wandb  # likewise
             if wandb.run is not None:
                 loggers.append(WandbLogger(experiment=wandb.run))
     return loggers

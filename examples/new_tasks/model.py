@@ -1,7 +1,7 @@
 """The LightningModule that trains the new task families, around the gallery's small decoder (``examples/decoder.py``).
 
 Module names follow Hugging Face Llama models (``model.embed_tokens``, ``model.layers.N``, ``model.norm``,
-``lm_head``), so the README's "On your own model" callbacks watch it as printed. Batches are tuples
+``lm_head``), so the README's "With Lightning" callbacks watch it as printed. Batches are tuples
 ``(inputs, targets)``: the next token at each position, -100 where there is nothing to predict (the question).
 """
 

@@ -1,4 +1,4 @@
-"""Run one task family at one seed, with capgeo attached as the README's "On your own model" prints it.
+"""Run one task family at one seed, with capgeo attached as the README's "With Lightning" prints it.
 
 ``train(config)`` is the training function (Ray Tune's function trainable, what the launcher calls:
 docs/sweeps.md): ``config`` holds ``family``, ``seed``, ``control`` and any of :class:`Settings`' fields (the
@@ -35,8 +35,8 @@ from capgeo_callbacks import (
     PrecursorDetector,
     RankMeMonitor,
     StepProgressBar,
+    WeightNormMonitor,
 )
-from capgeo_callbacks.rules import default_rules
 from examples.new_tasks.model import AnswerLM
 from examples.new_tasks.tasks import FAMILIES
 
@@ -70,12 +70,14 @@ SETTINGS: dict[str, Settings] = {
 
 
 def readme_callbacks() -> list[Callback]:
-    """The callbacks of README.md's "On your own model", as printed there."""
+    """The callbacks of README.md's "With Lightning", as printed there (the registered new-task runs were made with
+    the README's callbacks of their commit, recorded in their summaries)."""
     return [
         EvaluationSchedule(points=256),  # validate at step 0, densely early, then evenly
-        RankMeMonitor(layers=["model.layers.*", "model.norm"], selector="last", num_rows=512),
-        LinearProbeMonitor(layers="model.norm", every_n_evals=4),
-        PrecursorDetector(monitor="val/acc", rules=default_rules(), on_alert=print),
+        RankMeMonitor(),
+        LinearProbeMonitor(every_n_evals=4),
+        WeightNormMonitor(),
+        PrecursorDetector(on_alert=print),
         StepProgressBar(),
     ]
 

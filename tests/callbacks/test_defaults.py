@@ -62,6 +62,8 @@ def test_the_defaults_on_a_hugging_face_llama_under_max_epochs(tmp_path: Path,
     trainer = Trainer(max_epochs=3, callbacks=[schedule, rankme, probes, detector], default_root_dir=tmp_path,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       accelerator="cpu", log_every_n_steps=1)
+    # Lightning's info lines at INFO for this test, whatever another test left its level at (restored after)
+    caplog.set_level(logging.INFO, logger="lightning.pytorch.utilities.rank_zero")
     with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
         warnings.simplefilter("always")
         trainer.fit(LlamaModule(), train, val)

@@ -21,6 +21,7 @@ from lightning.pytorch.loggers import Logger
 from torch import Tensor
 
 import train
+import train_cli
 from capgeo_callbacks import (
     DetectionSettings,
     HiddenStateMonitor,
@@ -218,7 +219,7 @@ def test_train_py_measures_come_from_the_registry() -> None:
         expected = {**spec.callback_options(), **train.LAYERS_AND_ROWS.get(spec.name, {})}
         assert train.MEASURE_OPTIONS[spec.name] == expected
         assert train.MEASURE_CALLBACKS[spec.name] is spec.callback
-    help_text = " ".join(train.measures_help().split())
+    help_text = " ".join(train_cli.measures_help().split())
     assert "'default' (rankme, probes, weight_norm)" in help_text and "grad_rank, hessian, llc (costly)" in help_text
 
 
@@ -228,7 +229,7 @@ def test_train_py_measures_come_from_the_registry() -> None:
     ("llc, rankme", ["llc", "rankme"]),
 ])
 def test_resolve_measures(spec: str, names: list[str]) -> None:
-    assert resolve_measures(spec) == train.resolve_measures(spec) == names
+    assert resolve_measures(spec) == train_cli.resolve_measures(spec) == names
 
 
 def test_bad_specs_and_names_are_errors_that_say_what_is_right() -> None:
@@ -258,9 +259,9 @@ def test_bad_specs_and_names_are_errors_that_say_what_is_right() -> None:
 
 # -- the user's measure: registered, train.py takes it, its values are the direct computation ---------------------
 def test_a_users_measure_plugs_into_train_py(norm_registered: MeasureSpec) -> None:
-    assert resolve_measures("rankme,norm") == train.resolve_measures("rankme,norm") == ["rankme", "norm"]
-    assert train.resolve_measures("all")[-1] == "norm" and "norm" not in train.resolve_measures("default")
-    assert "rankme, probes, weight_norm, norm (cheap)" in train.measures_help()
+    assert resolve_measures("rankme,norm") == train_cli.resolve_measures("rankme,norm") == ["rankme", "norm"]
+    assert train_cli.resolve_measures("all")[-1] == "norm" and "norm" not in train_cli.resolve_measures("default")
+    assert "rankme, probes, weight_norm, norm (cheap)" in train_cli.measures_help()
     callbacks = train.build_measure_callbacks(["norm", "rankme"], run_info={})
     assert [type(cb).__name__ for cb in callbacks] == ["RankMeMonitor", "NormMonitor", "PrecursorDetector"]
     assert callbacks[1].num_rows == 128  # its registry defaults (train.py has no options of its own for it)
