@@ -168,6 +168,7 @@ def test_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.publish.test_loggers import items, wandb_records
 
     monkeypatch.setenv("WANDB_PROJECT", "capgeo-tests")
+    wandb.teardown()  # a W&B set up by an earlier test keeps its settings (its folder): set up afresh in this one's
     callback = scripted_run(tmp_path, monkeypatch, report_to=("wandb",))
     wandb.finish()
     wandb.teardown()  # the .wandb file is complete once the core process has exited (tests/publish/test_loggers.py)
