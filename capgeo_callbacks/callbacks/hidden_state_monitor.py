@@ -21,6 +21,7 @@ from capgeo_callbacks.callbacks.distributed import gather_rows
 from capgeo_callbacks.capture.hooks import LabelsFn
 from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.capture.unit import HiddenStateUnit
+from capgeo_callbacks.run.budget import OverheadBudget
 from capgeo_callbacks.run.failures import never_fails
 
 
@@ -88,17 +89,24 @@ class HiddenStateMonitor(MeasureCallback):
         self.unit.watch_modules(pl_module, self.layer_patterns)  # raises: configuration error
 
     @override
+    def use_budget(self, budget: OverheadBudget | None, protected: bool = False) -> None:
+        super().use_budget(budget, protected)
+        self.unit.capture.timing = self.timed  # the forward hooks' work too
+
+    @override
     @never_fails
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.should_measure(trainer):
-            self.unit.attach(pl_module)
+            with self.timed():
+                self.unit.attach(pl_module)
 
     @override
     @never_fails
     def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                                   batch_idx: int, dataloader_idx: int = 0) -> None:
         if self.unit.is_attached:
-            self.unit.update(batch if dataloader_idx == 0 else None)
+            with self.timed():
+                self.unit.update(batch if dataloader_idx == 0 else None)
 
     @override
     @never_fails
@@ -114,9 +122,10 @@ class HiddenStateMonitor(MeasureCallback):
         def gather(block: Tensor) -> Tensor:  # a collective: every rank, every layer, in the same order
             return gather_rows(block.to(pl_module.device))
 
-        computed = self.unit.compute(trainer.global_step, gather)
-        self.rows.update(computed.rows)
-        self.record(trainer, trainer.global_step, computed.values)
+        with self.timed():
+            computed = self.unit.compute(trainer.global_step, gather)
+            self.rows.update(computed.rows)
+            self.record(trainer, trainer.global_step, computed.values)
 
     @property
     def config(self) -> dict[str, Any]:

@@ -8,7 +8,8 @@ so it shows ``Epoch 0/-2`` and an unknown total. :class:`StepProgressBar` shows 
 beside the logged progress-bar metrics, the latest monitored accuracy, the deepest watched layer's RankMe and the
 forecast of the acquisition step made at the latest evaluation, with its interval, or the acquisition step once it
 is confirmed: all read from the view of the run the :class:`~capgeo_callbacks.PrecursorDetector`'s session keeps
-(:class:`~capgeo_callbacks.run.view.SessionView`), if there is a detector.
+(:class:`~capgeo_callbacks.run.view.SessionView`), if there is a detector; and, under an overhead budget, capgeo's
+measured share of the run's time against it (``capgeo 2.1%/3%``).
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ class StepProgressBar(TQDMProgressBar):
         if rankme:
             deepest, value = rankme[-1]
             metrics[f"rankme {deepest}"] = f"{value:.1f}"
+        share = None if detector.budget is None else detector.budget.measured_share
+        if share is not None:
+            metrics["capgeo"] = f"{100 * share:.1f}%/{100 * detector.budget.share:g}%"
         if view.acquired_step is not None:
             metrics["acquired"] = f"step {view.acquired_step}"
         elif view.forecasts:  # made at the latest evaluation: an older one may no longer stand

@@ -9,7 +9,7 @@ problem is reported through ``warn`` and the batch is skipped for that layer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -59,6 +59,8 @@ class HiddenStateCapture:
         self._batch: Any = None
         self._batch_labels: Tensor | None = None
         self.unlabelled = 0  # batches skipped since the last take() because labels_fn found no labels in them
+        # ``with timing():`` around each hook's work: the overhead budget's clock, when the owner has one
+        self.timing: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     @property
     def is_attached(self) -> bool:
@@ -128,10 +130,11 @@ class HiddenStateCapture:
 
     def _hook(self, name: str) -> Callable[[nn.Module, Any, Any], None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            try:
-                self.add(name, output)
-            except Exception as err:  # noqa: BLE001 - never break the user's forward pass
-                self.warn(f"capture:{name}", f"capturing {name!r} failed ({type(err).__name__}: {err}); skipped")
+            with self.timing():
+                try:
+                    self.add(name, output)
+                except Exception as err:  # noqa: BLE001 - never break the user's forward pass
+                    self.warn(f"capture:{name}", f"capturing {name!r} failed ({type(err).__name__}: {err}); skipped")
 
         return hook
 

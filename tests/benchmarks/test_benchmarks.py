@@ -95,6 +95,18 @@ def test_gpu_overhead_runs_on_the_cpu_as_a_smoke_test(capsys: pytest.CaptureFixt
     assert "size xs: median ratio" in capsys.readouterr().out
 
 
+def test_overhead_budget_runs_a_small_run_under_each_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import overhead_budget
+
+    result = overhead_budget.main(["--task", "mod", "--difficulty", "hard", "--max-steps", "40", "--stop-at-step",
+                                   "12", "--budgets", "0", "0.01", "--repeats", "1"])
+    off, tiny = result["rows"]
+    assert (off["budget"], tiny["budget"]) == (0.0, 0.01) and off["ratio"] > 0 and tiny["ratio"] > 0
+    assert off["shares"] == [] and len(tiny["shares"]) == 1 and tiny["shares"][0] > 0  # off: nothing timed
+    assert tiny["thinned"]["rankme"] == [0]  # what the rules read is never thinned
+    assert "| 0.01 |" in capsys.readouterr().out
+
+
 def test_overhead_tables_from_results_files(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 

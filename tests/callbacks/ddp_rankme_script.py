@@ -94,7 +94,8 @@ def main(out: Path) -> None:
     rankme = RankMeMonitor(layers="encoder.layers.*", selector="mean", num_rows=NUM_ROWS)
     probes = LinearProbeMonitor(layers="encoder.layers.*", selector="mean", labels_fn=lambda batch: batch[1],
                                 num_rows=NUM_ROWS)
-    detector = PrecursorDetector(monitor="scripted_acc", logprob_monitor=None, settings=DetectionSettings(smoothing=1))
+    detector = PrecursorDetector(monitor="scripted_acc", logprob_monitor=None, settings=DetectionSettings(smoothing=1),
+                                 overhead_budget=None)
     reference = SingleProcessReference(layers=2)
     trainer = Trainer(
         strategy="ddp", accelerator="cpu", devices=2, max_steps=INTERVAL * len(SCRIPTED),
