@@ -33,8 +33,8 @@ def test_rankme_monitor_logs_rankme_of_the_captured_rows(capsys: pytest.CaptureF
     result = rankme_monitor.main(["--task", "mod", "--difficulty", "easy", "--train-steps", "0", "--repeats", "1"])
     assert result["layers"] == ["model.blocks.0", "model.blocks.1", "model.norm_f"]
     assert result["rel_diff"] == 0.0
-    assert result["ratio"] > 0
-    assert "ratio monitor / floor" in capsys.readouterr().out
+    assert result["ratio"] > 0 and len(result["times"]["own"]) == 1  # the monitor's own time, clocked inside it
+    assert "ratio monitor / mathematics" in capsys.readouterr().out
 
 
 def test_llc_vs_devinterp_agree(capsys: pytest.CaptureFixture[str]) -> None:
