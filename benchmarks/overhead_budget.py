@@ -1,8 +1,8 @@
 """The overhead budget's real ratio: ``train.py`` with the default measures under budgets, against ``--measures none``.
 
-    python -m benchmarks.overhead_budget --task reverse --difficulty easy --stop-at-step 500 --repeats 2
+    python -m benchmarks.overhead_budget --task mod --difficulty hard --max-steps 600 --stop-at-step 600 --repeats 2
 
-One small run (the first ``--stop-at-step`` steps of a level's default run, its whole evaluation schedule) is
+One small run (``--max-steps`` steps, stopped at ``--stop-at-step``, under the whole run's evaluation schedule) is
 trained, interleaved and ``repeats`` times each, with ``--measures none`` and with the default measures under each
 budget of ``--budgets`` (0 is the budget off: every measurement, as before the budget existed), on one thread,
 process CPU time. Each measured run gives its ratio against the ``none`` run of the same round, and its summary's
@@ -31,11 +31,15 @@ def run(argv: list[str]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="reverse")
-    parser.add_argument("--difficulty", default="easy")
-    parser.add_argument("--stop-at-step", type=int, default=500)
-    parser.add_argument("--max-steps", type=int, default=None, help="the run's budget (default: the level's)")
+    parser.add_argument("--task", default="mod")
+    parser.add_argument("--difficulty", default="hard")
+    parser.add_argument("--max-steps", type=int, default=600, help="the run's budget (0: the level's)")
+    parser.add_argument("--stop-at-step", type=int, default=600)
     parser.add_argument("--budgets", type=float, nargs="+", default=[0.0, 0.03, 0.01])
+    parser.add_argument("--measures", default="default",
+                        help="train.py --measures of the measured runs (with the registered rules, the default "
+                             "measures are all rule inputs: only the live story card is optional; 'all' adds the "
+                             "costly measures, which are)")
     parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     add_timing_args(parser, repeats=2)
     args = parser.parse_args(argv)
@@ -47,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     def measured(budget: float) -> Any:
         def go() -> None:
-            summaries.setdefault(f"{budget:g}", []).append(run([*base, "--overhead-budget", str(budget)]))
+            summaries.setdefault(f"{budget:g}", []).append(run([*base, "--measures", args.measures,
+                                                                "--overhead-budget", str(budget)]))
         return go
 
     candidates = {"none": lambda: run([*base, "--measures", "none"]),
@@ -68,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         rows.append({"budget": float(name), "ratios": ratios, "ratio": median(ratios), "shares": shares,
                      "thinned": thinned, "evaluations": len(summaries[name][0]["series"]["acc"])})
     steps = summaries[next(iter(summaries))][0]["steps"]
-    print(f"{args.task}/{args.difficulty}, the first {steps} steps of its run; default measures under each budget vs "
+    print(f"{args.task}/{args.difficulty}, the first {steps} steps of its run; --measures {args.measures} under each "
+          "budget vs "
           f"--measures none; {args.repeats} interleaved round(s), {clock} time, {args.threads} thread(s); none: "
           f"{', '.join(f'{t:.1f}' for t in times['none'])} s; 1-minute load {load[0]:.1f} to {os.getloadavg()[0]:.1f}")
     print("| budget | ratio of each round | median ratio | capgeo's share as the budget measured it | thinned (per "
@@ -81,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                             if any(counts)) or "nothing"
         print(f"| {budget} | {', '.join(f'{r:.3f}' for r in row['ratios'])} | {row['ratio']:.3f} | {shares} | "
               f"{thinned} |")
-    result = {"task": args.task, "difficulty": args.difficulty, "steps": steps, "clock": clock, "threads": args.threads,
+    result = {"task": args.task, "difficulty": args.difficulty, "steps": steps, "measures": args.measures,
+              "clock": clock, "threads": args.threads,
               "none": times["none"], "rows": rows, "load_average": [load[0], os.getloadavg()[0]]}
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -158,6 +158,17 @@ def measurements_of(trainer: pl.Trainer, pl_module: pl.LightningModule) -> Measu
     return Measurements(series, rows, selectors, sum(p.numel() for p in pl_module.parameters()))
 
 
+def budget_measures(budget: OverheadBudget, trainer: pl.Trainer, reads: Callable[[list[str]], bool],
+                    horizon: int | None) -> None:
+    """Hand a run's overhead budget to every measure callback of ``trainer`` (protected where ``reads(tags)``: the
+    run's rules read one of its tags), count its protected start over ``horizon`` steps, and start its clock."""
+    budget.horizon = horizon
+    for callback in trainer.callbacks:
+        if isinstance(callback, MeasureCallback):
+            callback.use_budget(budget, protected=reads(callback.tags))
+    budget.start()
+
+
 class GradientMeasureCallback(MeasureCallback):
     r"""Base of the gradient-based monitors: a fixed training batch, measured at evaluations.
 

@@ -16,14 +16,14 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import MeasureCallback, measurements_of
+from capgeo_callbacks.callbacks.base import MeasureCallback, budget_measures, measurements_of
 from capgeo_callbacks.detection import Alert, DetectionSettings
 from capgeo_callbacks.keys import LOGPROB, LR, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.loggers import TrainerPublisher
 from capgeo_callbacks.rules import Rule
-from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET
+from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, steps_of
 from capgeo_callbacks.run.failures import WarnOnce, never_fails
-from capgeo_callbacks.run.session import DETECTOR_WORK, RunSession
+from capgeo_callbacks.run.session import RunSession
 
 
 class PrecursorDetector(Callback):
@@ -57,12 +57,9 @@ class PrecursorDetector(Callback):
         loss_monitor: validation loss key (``None`` to skip). ``logprob_monitor``, ``token_acc_monitor`` and
             ``loss_monitor`` are recorded whatever their prefix, under capgeo's names ``val/logprob``,
             ``val/token_acc`` and ``val/loss``, which the rules read.
-        overhead_budget: capgeo's own time at most this share of the run's, over the run (None or 0: off, nothing
-            timed or thinned). The detector hands the budget to the trainer's measure callbacks: what the rules read
-            and every evaluation in the first tenth of the run's steps are never thinned; the other measures and the
-            live figures are thinned where the run's time cannot pay for them (:mod:`capgeo_callbacks.run.budget`;
-            docs/design.md, "The overhead budget"). The summary records the share measured and what was thinned,
-            under ``overhead``.
+        overhead_budget: capgeo's time at most this share of the run's (None or 0: off), handed to the measure
+            callbacks: what the rules read and the first tenth of the steps are never thinned, the rest where the run
+            cannot pay for it (:mod:`capgeo_callbacks.run.budget`); the summary's ``overhead`` records it.
 
     Raises:
         ValueError: on a bad argument.
@@ -112,7 +109,6 @@ class PrecursorDetector(Callback):
     alerts = property(lambda self: self.session.alerts, doc="Every rule's alerts so far.")
     acquired_step = property(lambda self: self.session.acquired_step, doc="The acquisition step, once confirmed.")
     summary = property(lambda self: self.session.summary, doc="The latest summary built (the written one at the end).")
-    budget = property(lambda self: self.session.budget, doc="The run's overhead budget (None: off).")
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -121,38 +117,22 @@ class PrecursorDetector(Callback):
     @override
     @never_fails
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        measures = [cb for cb in trainer.callbacks if isinstance(cb, MeasureCallback)]
-        self.session.start(TrainerPublisher(trainer, self.session.warn), [tag for cb in measures for tag in cb.tags])
-        budget = self.budget
-        if budget is not None:
-            budget.horizon = self._horizon(trainer)
-            for callback in measures:  # what the rules read is never thinned
-                callback.use_budget(budget, protected=self.session.reads(callback.tags))
-            budget.start()
-
-    def _horizon(self, trainer: pl.Trainer) -> int | None:
-        """The run's steps, over which the budget's protected start is counted: the run info's ``max_steps`` (the
-        whole budget of a run stopped early), else the trainer's."""
-        def finite(steps: Any) -> bool:
-            return isinstance(steps, (int, float)) and not isinstance(steps, bool) and 0 < steps < float("inf")
-
-        for steps in (self.run_info.get("max_steps"), trainer.max_steps):
-            if finite(steps):
-                return int(steps)
-        estimated = trainer.estimated_stepping_batches  # from max_epochs (it reads the training dataloader's length)
-        return int(estimated) if finite(estimated) else None
+        tags = [tag for cb in trainer.callbacks if isinstance(cb, MeasureCallback) for tag in cb.tags]
+        self.session.start(TrainerPublisher(trainer, self.session.warn), tags)
+        if self.session.budget is not None:  # over the whole run's steps (the run info's, if stopped early)
+            budget_measures(self.session.budget, trainer, self.session.reads, steps_of(
+                self.run_info.get("max_steps"), trainer.max_steps, lambda: trainer.estimated_stepping_batches))
 
     @override
     @never_fails
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        with self.session.timing(DETECTOR_WORK):
-            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-            if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                self._loss_pending.append(loss.detach())
-                if len(self._loss_pending) >= 64:  # bounded memory: summed on the device, nothing read back
-                    self._loss_chunks.append(_finite_sum(self._loss_pending))
-                    self._loss_pending = []
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            self._loss_pending.append(loss.detach())
+            if len(self._loss_pending) >= 64:  # bounded memory: summed on the device, nothing read back
+                self._loss_chunks.append(_finite_sum(self._loss_pending))
+                self._loss_pending = []
 
     def _flush_losses(self) -> None:
         """Add the losses held as tensors to the interval's sum and count: at an evaluation or a checkpoint, the
@@ -189,10 +169,9 @@ class PrecursorDetector(Callback):
             self.session.warn("monitor", f"monitored metric {self.monitor!r} was not logged; available: "
                               f"{', '.join(sorted(metrics)) or 'none'}")
             return
-        with self.session.timing(DETECTOR_WORK):
-            self.session.evaluate(trainer.global_step, float(metrics[self.monitor]), self._scalars_now(trainer),
-                                  measurements_of(trainer, pl_module), TrainerPublisher(trainer, self.session.warn),
-                                  max_steps=trainer.max_steps)
+        self.session.evaluate(trainer.global_step, float(metrics[self.monitor]), self._scalars_now(trainer),
+                              measurements_of(trainer, pl_module), TrainerPublisher(trainer, self.session.warn),
+                              max_steps=trainer.max_steps)
 
     @override
     @never_fails

@@ -104,9 +104,10 @@ class StepProgressBar(TQDMProgressBar):
         if rankme:
             deepest, value = rankme[-1]
             metrics[f"rankme {deepest}"] = f"{value:.1f}"
-        share = None if detector.budget is None else detector.budget.measured_share
+        budget = detector.session.budget
+        share = None if budget is None else budget.measured_share
         if share is not None:
-            metrics["capgeo"] = f"{100 * share:.1f}%/{100 * detector.budget.share:g}%"
+            metrics["capgeo"] = f"{100 * share:.1f}%/{100 * budget.share:g}%"
         if view.acquired_step is not None:
             metrics["acquired"] = f"step {view.acquired_step}"
         elif view.forecasts:  # made at the latest evaluation: an older one may no longer stand

@@ -44,7 +44,8 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any
 
-__all__ = ["DEFAULT_OVERHEAD_BUDGET", "PROTECTED_SHARE", "OverheadBudget", "WorkRecord", "check_overhead_budget"]
+__all__ = ["DEFAULT_OVERHEAD_BUDGET", "PROTECTED_SHARE", "OverheadBudget", "WorkRecord", "check_overhead_budget",
+           "steps_of"]
 
 DEFAULT_OVERHEAD_BUDGET = 0.03  # capgeo's time at most 3% of the run's (docs/overhead.md)
 PROTECTED_SHARE = 0.1  # evaluations in the first tenth of the run's steps are never thinned
@@ -64,6 +65,16 @@ def check_overhead_budget(value: Any) -> float | None:
         raise ValueError(f"overhead_budget must be a share of the run's time in (0, 1) (e.g. 0.03: capgeo's own work "
                          f"at most 3% of the run's), or None or 0 to switch it off; got {value!r}")
     return float(value) or None
+
+
+def steps_of(*candidates: Any) -> int | None:
+    """The first of ``candidates`` that is a finite positive number of steps (a callable is called only if reached),
+    as an integer: a run's horizon from what its framework knows (None: no candidate is)."""
+    for candidate in candidates:
+        steps = candidate() if callable(candidate) else candidate
+        if isinstance(steps, (int, float)) and not isinstance(steps, bool) and 0 < steps < math.inf:
+            return int(steps)
+    return None
 
 
 @dataclass

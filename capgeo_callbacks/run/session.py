@@ -194,6 +194,11 @@ class RunSession:
         """Record one evaluation and run the rules; on rank zero, say once which rules are left out, announce
         each new alert, and publish the forecasts and the dashboard's series at ``step``. With ``live_figures``,
         the story card too where the story changes (:meth:`story_changed`)."""
+        with self.timing(DETECTOR_WORK):  # the rules, announcing and publishing: capgeo's own time
+            return self._evaluate(step, acc, scalars, measured, publisher, max_steps)
+
+    def _evaluate(self, step: int, acc: float, scalars: Mapping[str, float] | None, measured: Measurements | None,
+                  publisher: Publisher | None, max_steps: int | None) -> TrackerUpdate:
         measured = measured if measured is not None else Measurements()
         publisher = publisher if publisher is not None else Publisher()
         update = self.tracker.update(step, acc, scalars, measured.series)

@@ -27,8 +27,8 @@ def run(path: Path, detector: bool, budget: float | None = None, protect_all: bo
     if detector:
         found = PrecursorDetector(monitor="val_acc", logprob_monitor=None, token_acc_monitor=None,
                                   loss_monitor=None, overhead_budget=budget)
-        if protect_all and found.budget is not None:
-            found.budget.protected_share = 1.0  # every evaluation in the protected start: timed, nothing thinned
+        if protect_all and found.session.budget is not None:
+            found.session.budget.protected_share = 1.0  # every evaluation protected: timed, nothing thinned
         callbacks.append(found)
     trainer = Trainer(max_steps=STEPS, val_check_interval=EVERY, logger=False, callbacks=callbacks,
                       enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
@@ -38,9 +38,9 @@ def run(path: Path, detector: bool, budget: float | None = None, protect_all: bo
 
 
 def test_the_default_is_on_and_off_means_no_budget() -> None:
-    assert PrecursorDetector().budget is not None and PrecursorDetector().budget.share == DEFAULT_OVERHEAD_BUDGET
-    assert PrecursorDetector(overhead_budget=None).budget is None
-    assert PrecursorDetector(overhead_budget=0).budget is None
+    assert PrecursorDetector().session.budget.share == DEFAULT_OVERHEAD_BUDGET
+    assert PrecursorDetector(overhead_budget=None).session.budget is None
+    assert PrecursorDetector(overhead_budget=0).session.budget is None
     with pytest.raises(ValueError, match="overhead_budget must be"):
         PrecursorDetector(overhead_budget=1.5)
 
