@@ -273,14 +273,17 @@ class RunSession:
         self.summary = summary
         if not self.is_zero:
             return summary
-        if directory is not None and not self._written:
-            write_summary(summary, directory, filename)
-            self._written = True
         publisher = publisher if publisher is not None else Publisher()
         step = int(summary["steps"])
         if figures and not self._figures_drawn:
-            self.publish_figures(publisher, summary, step)
+            with self.timing(FIGURES_WORK):  # a fixed cost of the run: in the budget's record written below
+                self.publish_figures(publisher, summary, step)
             self._figures_drawn = True
+            if self.budget is not None:
+                summary["overhead"] = self.budget.record()
+        if directory is not None and not self._written:
+            write_summary(summary, directory, filename)
+            self._written = True
         publisher.text("capgeo/verdict", verdict_table(summary, markdown=True), step)
         metrics = {"capgeo/acquisition_step": summary.get("acquisition_step"), "capgeo/gap": summary.get("gap"),
                    "capgeo/layer_order_rho": summary.get("layer_order_rho"),
