@@ -28,7 +28,7 @@ def draw_story(run: str | Path, out: str | Path | None = None) -> Path:
     summary = read_summary(run)
     folder = run if run.is_dir() else run.parent
     path = Path(out) if out is not None else folder / STORY_FILENAME
-    return plot_run(folder.name if run.is_dir() else str(summary.get("task", "run")), summary, path, dpi=100)
+    return plot_run(str(summary.get("task", "run")), summary, path, dpi=100)  # as a run drew it at its end before
 
 
 def main(argv: Sequence[str] | None = None) -> int:
