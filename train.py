@@ -91,7 +91,8 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
     """The capgeo callbacks for the chosen measures, in the registry's order, each built from
     :data:`MEASURE_OPTIONS` (its registry defaults for a measure not there), with the precursor detector
     always. Each of ``extra_selectors`` adds a RankMe monitor with that token selector under the tag prefix
-    ``rankme_<selector>`` (detection reads the default ``rankme/``)."""
+    ``rankme_<selector>`` (detection reads the default ``rankme/``). The detector keeps the overhead budget
+    ``run_info["overhead_budget"]`` (none when it is not there): a run fixes it and records it."""
     options = {name: dict(MEASURE_OPTIONS[name]) if name in MEASURE_OPTIONS else get_measure(name).callback_options()
                for name in measure_names()}
     if answer_len is not None:  # the answer rows the validation set has (no warning about fewer rows)
@@ -106,7 +107,8 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
         SETTINGS.replace(measure_transitions=transitions)
     # always: it records every scalar and writes the summary, with or without measures
     callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info, settings=settings,
-                                       rules=[StudyRule(settings), *rules], **DETECTOR_OPTIONS))
+                                       rules=[StudyRule(settings), *rules],
+                                       overhead_budget=run_info.get("overhead_budget"), **DETECTOR_OPTIONS))
     return callbacks
 
 
@@ -325,7 +327,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
         "task": args.task, "difficulty": args.difficulty, "size": args.size, "seed": args.seed,
         "parameters": module.model.num_parameters(), "max_steps": args.max_steps, "stop_at_step": args.stop_at_step,
         "eval_schedule": args.eval_schedule, "eval_points": args.eval_points, "warmup_steps": args.warmup_steps,
-        "lr_schedule": args.lr_schedule, "measure_names": args.measure_names,
+        "lr_schedule": args.lr_schedule, "measure_names": args.measure_names, "overhead_budget": args.overhead_budget,
         "negative_control": budget(args.task, args.difficulty).negative_control,
         "shuffled_answers": args.shuffle_answers,
         "batch_size": args.batch_size, "lr": args.lr, "weight_decay": args.weight_decay,

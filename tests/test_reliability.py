@@ -26,7 +26,8 @@ from models import SIZES
 
 # mod easy at size xs: last-layer RankMe collapses by step 30 and recovers by step 60, long before
 # acquisition (val/acc stays below 0.1 for 200 steps); 200 steps take a few seconds.
-TASK = ["--task", "mod", "--difficulty", "easy", "--no-progress"]
+# the overhead budget off: these runs compare series point by point, which a time-based budget would thin
+TASK = ["--task", "mod", "--difficulty", "easy", "--no-progress", "--overhead-budget", "0"]
 # The costly measures at settings small enough for CI, each firing at every other evaluation.
 CHEAP_MEASURES: dict[str, dict[str, Any]] = {
     "grad_rank": {"every_n_evals": 2, "batch_size": 16},
@@ -260,6 +261,8 @@ def test_hooks_and_rows_freed_after_every_evaluation_and_memory_stays_flat(
         (["--max-steps", "-5"], ["--max-steps must be at least 1, got -5"]),
         (["--eval-points", "0"], ["--eval-points must be at least 1, got 0"]),
         (["--batch-size", "0"], ["--batch-size must be at least 1, got 0"]),
+        (["--overhead-budget", "1.5"], ["--overhead-budget: overhead_budget must be a share of the run's time",
+                                        "None or 0 to switch it off; got 1.5"]),
         (["--measures", "rankme,bogus"], ["unknown measure(s) bogus; valid: default, none, all", "llc"]),
         (["--size", "giant"], ["--size: invalid choice: 'giant'", *SIZES]),
         (["--difficulty", "extreme"], ["--difficulty: invalid choice: 'extreme'", *tasks.DIFFICULTIES]),

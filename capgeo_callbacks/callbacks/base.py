@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import lightning.pytorch as pl
@@ -33,6 +34,7 @@ from capgeo_callbacks.capture.batches import (
 from capgeo_callbacks.capture.measuring import measuring
 from capgeo_callbacks.detection.series import append_point
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
+from capgeo_callbacks.run.budget import OverheadBudget
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.run.session import Measurements
 
@@ -42,6 +44,10 @@ class MeasureCallback(Callback):
 
     :class:`~capgeo_callbacks.PrecursorDetector` reads the series (nothing else keeps a copy: :func:`measurements_of`),
     and a resumed run continues them without gaps or duplicates.
+
+    Under a :class:`~capgeo_callbacks.PrecursorDetector` with an overhead budget, the detector hands this callback
+    its run's :class:`~capgeo_callbacks.run.budget.OverheadBudget` (:meth:`use_budget`): the callback's work is timed
+    under :attr:`work`, and an evaluation its cadence selects is measured only if the budget allows it.
 
     Args:
         every_n_evals: measure at every n-th validation (1 = every one).
@@ -54,6 +60,7 @@ class MeasureCallback(Callback):
         self.rows: dict[str, int] = {}  # rows each tag was last measured on
         self.evaluations = 0
         self.warn_once = WarnOnce(type(self).__name__)
+        self.budget: OverheadBudget | None = None  # the run's, from its detector (not part of the state)
 
     @property
     def tags(self) -> list[str]:
@@ -69,9 +76,30 @@ class MeasureCallback(Callback):
     def prefix(self) -> str:
         return ""
 
+    @property
+    def work(self) -> str:
+        """The name of this callback's work in the overhead budget's record: its tag prefix, else its class's."""
+        return self.prefix or type(self).__name__
+
+    def use_budget(self, budget: OverheadBudget | None, protected: bool = False) -> None:
+        """Time this callback's work in ``budget`` and measure only where it allows (None: no budget);
+        ``protected``: the run's rules read what it measures, so it is never thinned."""
+        self.budget = budget
+        if budget is not None:
+            budget.add_work(self.work, protected)
+
+    def timed(self) -> AbstractContextManager[Any]:
+        """``with self.timed():`` charges the block to this callback's work in the budget (nothing without one)."""
+        return nullcontext() if self.budget is None else self.budget.timing(self.work)
+
     def should_measure(self, trainer: pl.Trainer) -> bool:
-        """Whether the validation now starting is one this callback measures at."""
-        return not trainer.sanity_checking and self.evaluations % self.every_n_evals == 0
+        """Whether the validation now starting is one this callback measures at: its cadence selects it and the
+        overhead budget, if any, allows it (asked once per validation)."""
+        if trainer.sanity_checking or self.evaluations % self.every_n_evals:
+            return False
+        # under DDP every rank measures or none does (the rows are gathered): rank zero's decision, broadcast
+        return self.budget is None or self.budget.allows(self.work, trainer.global_step,
+                                                           agree=lambda runs: bool(broadcast_object(runs)))
 
     def record(self, trainer: pl.Trainer, step: int, values: dict[str, float]) -> None:
         """Append finite ``values`` at ``step`` to the series and log them to every logger of ``trainer``.
@@ -128,6 +156,17 @@ def measurements_of(trainer: pl.Trainer, pl_module: pl.LightningModule) -> Measu
             if callback.selector_name:
                 selectors[callback.prefix] = callback.selector_name
     return Measurements(series, rows, selectors, sum(p.numel() for p in pl_module.parameters()))
+
+
+def budget_measures(budget: OverheadBudget, trainer: pl.Trainer, reads: Callable[[list[str]], bool],
+                    horizon: int | None) -> None:
+    """Hand a run's overhead budget to every measure callback of ``trainer`` (protected where ``reads(tags)``: the
+    run's rules read one of its tags), count its protected start over ``horizon`` steps, and start its clock."""
+    budget.horizon = horizon
+    for callback in trainer.callbacks:
+        if isinstance(callback, MeasureCallback):
+            callback.use_budget(budget, protected=reads(callback.tags))
+    budget.start()
 
 
 class GradientMeasureCallback(MeasureCallback):
@@ -206,7 +245,9 @@ class GradientMeasureCallback(MeasureCallback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         # a batch the default loss cannot read is a configuration error: it raises here, before the first update
-        self.cache(batch, key=(trainer.global_step, batch_idx))
+        if not self._frozen:
+            with self.timed():
+                self.cache(batch, key=(trainer.global_step, batch_idx))
 
     def _freeze(self) -> None:
         if self._parts:
@@ -282,7 +323,8 @@ class GradientMeasureCallback(MeasureCallback):
     @never_fails
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self.measure_now(trainer, pl_module)
+            with self.timed():
+                self.measure_now(trainer, pl_module)
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from capgeo_callbacks.capture.hooks import LabelsFn
 from capgeo_callbacks.capture.layers import describe_blocks
 from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.capture.unit import HiddenStateUnit
+from capgeo_callbacks.run.budget import OverheadBudget
 from capgeo_callbacks.run.failures import never_fails
 
 
@@ -99,10 +100,16 @@ class HiddenStateMonitor(MeasureCallback):
                            f"{type(pl_module).__name__}; pass layers=[...] to choose")
 
     @override
+    def use_budget(self, budget: OverheadBudget | None, protected: bool = False) -> None:
+        super().use_budget(budget, protected)
+        self.unit.capture.timing = self.timed  # the forward hooks' work too
+
+    @override
     @never_fails
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.should_measure(trainer):
-            self.unit.attach(pl_module)
+            with self.timed():
+                self.unit.attach(pl_module)
 
     @override
     @never_fails
@@ -112,7 +119,8 @@ class HiddenStateMonitor(MeasureCallback):
             if self.unit.selector is None and dataloader_idx == 0:
                 rank_zero_info(f"{type(self).__name__} reads the rows {self.unit.choose_selector(batch)!r} (what the "
                                "validation batches hold); pass selector=... to choose")
-            self.unit.update(batch if dataloader_idx == 0 else None)
+            with self.timed():
+                self.unit.update(batch if dataloader_idx == 0 else None)
 
     @override
     @never_fails
@@ -128,9 +136,10 @@ class HiddenStateMonitor(MeasureCallback):
         def gather(block: Tensor) -> Tensor:  # a collective: every rank, every layer, in the same order
             return gather_rows(block.to(pl_module.device))
 
-        computed = self.unit.compute(trainer.global_step, gather)
-        self.rows.update(computed.rows)
-        self.record(trainer, trainer.global_step, computed.values)
+        with self.timed():
+            computed = self.unit.compute(trainer.global_step, gather)
+            self.rows.update(computed.rows)
+            self.record(trainer, trainer.global_step, computed.values)
 
     @property
     def config(self) -> dict[str, Any]:

@@ -16,11 +16,12 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import MeasureCallback, measurements_of
+from capgeo_callbacks.callbacks.base import MeasureCallback, budget_measures, measurements_of
 from capgeo_callbacks.detection import Alert, DetectionSettings
 from capgeo_callbacks.keys import LOGPROB, LR, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.loggers import TrainerPublisher
 from capgeo_callbacks.rules import Rule, default_rules
+from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, steps_of
 from capgeo_callbacks.run.failures import WarnOnce, never_fails
 from capgeo_callbacks.run.session import RunSession
 
@@ -51,22 +52,20 @@ class PrecursorDetector(Callback):
             can be re-scored from the summary alone: a step-logged scalar (``train/acc``) is recorded as its latest
             value; ``train/loss`` is always the mean training loss since the previous evaluation.
         token_acc_monitor: per-token accuracy key, for the chance label (``None`` to skip).
-        rules: the rules run live (:mod:`capgeo_callbacks.rules`; default:
-            :func:`~capgeo_callbacks.rules.default_rules`, capgeo's recommendation); a rule whose inputs the run lacks
-            is left out and says so once, at the first evaluation: as a warning where you chose it, in the
-            ``capgeo`` log (INFO) where it is a default.
-        loss_monitor: validation loss key (``None`` to skip). ``logprob_monitor``, ``token_acc_monitor`` and
-            ``loss_monitor`` are recorded whatever their prefix, under capgeo's names ``val/logprob``,
-            ``val/token_acc`` and ``val/loss``, which the rules read.
+        rules: the rules run live (default: :func:`~capgeo_callbacks.rules.default_rules`); one whose inputs the run
+            lacks is left out and says so once: a warning where you chose it, an INFO line where it is a default.
+        loss_monitor: validation loss key (``None`` to skip). The three monitors are recorded whatever their prefix,
+            under the names the rules read: ``val/logprob``, ``val/token_acc`` and ``val/loss``.
+        overhead_budget: capgeo's time at most this share of the run's (None or 0: off; :mod:`~capgeo_callbacks.run.
+            budget`): the rules' inputs and the first tenth never thinned; the summary's ``overhead`` records it.
 
     Raises:
         ValueError: on a bad argument.
 
     Logged keys:
-        ``forecast/<rule>``; the dashboard's ``rankme_early/<layer>``, ``rankme_floor/<layer>`` and
-        ``capgeo/alerts_raised``; text ``capgeo/alerts`` and ``capgeo/verdict``; images ``capgeo/story`` and
-        ``capgeo/rankme_heatmap``; hparams metrics ``capgeo/acquisition_step``, ``capgeo/gap``,
-        ``capgeo/layer_order_rho``, ``capgeo/final_acc``.
+        ``forecast/<rule>``; ``rankme_early/<layer>``, ``rankme_floor/<layer>``, ``capgeo/alerts_raised``; text
+        ``capgeo/alerts``, ``capgeo/verdict``; images ``capgeo/story``, ``capgeo/rankme_heatmap``; hparams metrics
+        ``capgeo/acquisition_step``, ``capgeo/gap``, ``capgeo/layer_order_rho``, ``capgeo/final_acc``.
 
     Example::
 
@@ -79,7 +78,7 @@ class PrecursorDetector(Callback):
                  run_info: Mapping[str, Any] | None = None, live_figures: bool = True,
                  record: Sequence[str] = ("val/", "train/"),
                  token_acc_monitor: str | None = TOKEN_ACC, rules: Sequence[Rule] | None = None,
-                 loss_monitor: str | None = VAL_LOSS) -> None:
+                 loss_monitor: str | None = VAL_LOSS, overhead_budget: float | None = DEFAULT_OVERHEAD_BUDGET) -> None:
         if isinstance(record, str) or not all(isinstance(prefix, str) and prefix for prefix in record):
             raise ValueError(f"record must be a sequence of non-empty tag prefixes (e.g. ('val/',)), got {record!r}")
         self.record = tuple(record)
@@ -88,7 +87,7 @@ class PrecursorDetector(Callback):
         self.session = RunSession(rules, settings, run_info, monitor=monitor, logprob_key=logprob_monitor,
                                   token_acc_key=token_acc_monitor, rankme_prefix=rankme_prefix, on_alert=on_alert,
                                   live_figures=live_figures, warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor,
-                                  rules_chosen=chosen)
+                                  rules_chosen=chosen, overhead_budget=overhead_budget)
         self._loss_sum, self._loss_count = 0.0, 0  # training losses since the previous evaluation
         # this interval's losses, still tensors: read on the host only at an evaluation (no device sync in a step)
         self._loss_pending: list[torch.Tensor] = []
@@ -121,6 +120,9 @@ class PrecursorDetector(Callback):
             self.session.add_run_info({"max_steps": trainer.max_steps})
         tags = [tag for cb in trainer.callbacks if isinstance(cb, MeasureCallback) for tag in cb.tags]
         self.session.start(TrainerPublisher(trainer, self.session.warn), tags)
+        if self.session.budget is not None:  # over the whole run's steps (the run info's, if stopped early)
+            budget_measures(self.session.budget, trainer, self.session.reads, steps_of(
+                self.run_info.get("max_steps"), trainer.max_steps, lambda: trainer.estimated_stepping_batches))
 
     @override
     @never_fails

@@ -9,7 +9,7 @@ problem is reported through ``warn`` and the batch is skipped for that layer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from capgeo_callbacks.capture.layers import output_tensor
-from capgeo_callbacks.capture.selectors import Selector, SelectorError, select_rows
+from capgeo_callbacks.capture.selectors import Selector, SelectorError, row_positions, rows_at, select_rows
 
 LabelsFn = Callable[[Any], Tensor]
 """``labels_fn(batch) -> Tensor``: one integer label per row the selector picks from ``batch``."""
@@ -58,7 +58,10 @@ class HiddenStateCapture:
         self._counts: dict[str, int] = {}
         self._batch: Any = None
         self._batch_labels: Tensor | None = None
+        self._found: tuple[Any, tuple[Tensor, Tensor] | None] = (None, None)  # (hidden shape and device, positions)
         self.unlabelled = 0  # batches skipped since the last take() because labels_fn found no labels in them
+        # ``with timing():`` around each hook's work: the overhead budget's clock, when the owner has one
+        self.timing: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     @property
     def is_attached(self) -> bool:
@@ -85,7 +88,7 @@ class HiddenStateCapture:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        self._batch, self._batch_labels = None, None
+        self._batch, self._batch_labels, self._found = None, None, (None, None)
 
     @contextmanager
     def attached(self, modules: Mapping[str, nn.Module]) -> Iterator[HiddenStateCapture]:
@@ -98,7 +101,7 @@ class HiddenStateCapture:
 
     def set_batch(self, batch: Any) -> None:
         """The batch the next forward pass runs on (``None``: capture nothing from it)."""
-        self._batch, self._batch_labels = batch, None
+        self._batch, self._batch_labels, self._found = batch, None, (None, None)
         if batch is None or self.labels_fn is None:
             return
         try:
@@ -128,10 +131,11 @@ class HiddenStateCapture:
 
     def _hook(self, name: str) -> Callable[[nn.Module, Any, Any], None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            try:
-                self.add(name, output)
-            except Exception as err:  # noqa: BLE001 - never break the user's forward pass
-                self.warn(f"capture:{name}", f"capturing {name!r} failed ({type(err).__name__}: {err}); skipped")
+            with self.timing():
+                try:
+                    self.add(name, output)
+                except Exception as err:  # noqa: BLE001 - never break the user's forward pass
+                    self.warn(f"capture:{name}", f"capturing {name!r} failed ({type(err).__name__}: {err}); skipped")
 
         return hook
 
@@ -145,7 +149,7 @@ class HiddenStateCapture:
             self.warn(f"type:{name}", f"layer {name!r} returned {type(output).__name__}, not a tensor; it is skipped")
             return
         try:
-            rows = select_rows(hidden.detach(), self._batch, self.selector, self.mask_key)
+            rows = self._select(hidden.detach())
         except SelectorError as err:
             self.warn("select", f"{err}; layer {name!r} is left out")
             return
@@ -163,6 +167,16 @@ class HiddenStateCapture:
         if labels is not None:
             self._labels[name].append(labels[:take].to(device=rows.device, dtype=torch.long, copy=True))
         self._counts[name] = have + min(take, rows.shape[0])
+
+    def _select(self, hidden: Tensor) -> Tensor:
+        """The selected rows of one layer's hidden states on the current batch. Where the selector picks whole rows,
+        their positions depend on the batch only: found once per batch (and shape), then gathered for each layer."""
+        key = (hidden.shape[:2], hidden.device)
+        if self._found[0] != key:
+            self._found = (key, row_positions(hidden, self._batch, self.selector, self.mask_key))
+        found = self._found[1]
+        return rows_at(hidden, found) if found is not None else select_rows(hidden, self._batch, self.selector,
+                                                                            self.mask_key)
 
 
 def _joined(blocks: list[Tensor]) -> Tensor:

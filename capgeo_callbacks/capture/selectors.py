@@ -87,26 +87,20 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
     if hidden.dim() != 3:
         raise SelectorError(f"expected hidden states of shape (batch, seq, features), (batch, features) or "
                             f"(batch, channels, height, width), got {tuple(hidden.shape)}")
-    if selector in ANSWER_SELECTORS:
+    found = row_positions(hidden, batch, selector, mask_key)
+    if found is not None:
+        return rows_at(hidden, found)
+    if selector == "question_mean":
         mask = _mask(batch, mask_key, hidden, selector)
-        if selector == "answer":
-            return _rows_at(hidden, *mask.nonzero(as_tuple=True))
         has_answer = mask.any(dim=1)
         first = mask.to(torch.int8).argmax(dim=1)  # first answer position of each example
-        if selector == "first_answer":
-            return _rows_at(hidden, *has_answer.nonzero(as_tuple=True), first[has_answer])
         positions = torch.arange(hidden.shape[1], device=hidden.device)
         question = (positions[None, :] <= first[:, None])[has_answer]
         summed = torch.where(question[..., None], hidden[has_answer], 0.0).sum(dim=1)
         return summed / question.sum(dim=1, keepdim=True).to(hidden.dtype)
     attention = _attention_mask(batch, hidden)
     if selector == "last":
-        if attention is None:
-            return hidden[:, -1]
-        positions = torch.arange(hidden.shape[1], device=hidden.device)
-        last = torch.where(attention, positions, -1).amax(dim=1)
-        real = last >= 0
-        return _rows_at(hidden, *real.nonzero(as_tuple=True), last[real])
+        return hidden[:, -1]  # no attention mask (with one, its rows are found above)
     if selector == "mean":
         if attention is None:
             return hidden.mean(dim=1)
@@ -114,13 +108,47 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
         real = weights.sum(dim=1) > 0
         summed = torch.where(attention[..., None], hidden, 0.0).sum(dim=1)  # a NaN at a pad position stays out
         return summed[real] / weights.sum(dim=1, keepdim=True)[real]
-    return hidden.flatten(0, 1) if attention is None else _rows_at(hidden, *attention.nonzero(as_tuple=True))
+    return hidden.flatten(0, 1)  # "all" without an attention mask (with one, its rows are found above)
 
 
-def _rows_at(hidden: Tensor, examples: Tensor, positions: Tensor) -> Tensor:
-    """``hidden[examples, positions]`` of (B, T, D) hidden states: one gather of whole rows where the rows are laid
-    out contiguously (several times faster than advanced indexing, which copies element by element; the same
-    values in the same order)."""
+def row_positions(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = "answer_mask"
+                  ) -> tuple[Tensor, Tensor] | None:
+    """The ``(examples, positions)`` of the rows a selector that picks whole rows takes from (B, T, D) hidden states:
+    ``answer``, ``first_answer``, and ``last`` and ``all`` by an attention mask. They depend on the batch only, so a
+    capture finds them once per batch for every layer. None for the others (they pool, or read other shapes).
+
+    Raises:
+        SelectorError: when the batch lacks what the selector needs or the shapes disagree.
+    """
+    if callable(selector) or hidden.dim() != 3:
+        return None
+    if selector in ("answer", "first_answer"):
+        mask = _mask(batch, mask_key, hidden, selector)
+        if selector == "answer":
+            examples, positions = mask.nonzero(as_tuple=True)
+            return examples, positions
+        has_answer = mask.any(dim=1)
+        first = mask.to(torch.int8).argmax(dim=1)  # first answer position of each example
+        return has_answer.nonzero(as_tuple=True)[0], first[has_answer]
+    if selector not in ("last", "all"):
+        return None
+    attention = _attention_mask(batch, hidden)
+    if attention is None:
+        return None
+    if selector == "all":
+        examples, positions = attention.nonzero(as_tuple=True)
+        return examples, positions
+    positions = torch.arange(hidden.shape[1], device=hidden.device)
+    last = torch.where(attention, positions, -1).amax(dim=1)
+    real = last >= 0
+    return real.nonzero(as_tuple=True)[0], last[real]
+
+
+def rows_at(hidden: Tensor, found: tuple[Tensor, Tensor]) -> Tensor:
+    """``hidden[examples, positions]`` of (B, T, D) hidden states (``found``: :func:`row_positions`): one gather of
+    whole rows where the rows are laid out contiguously (several times faster than advanced indexing, which copies
+    element by element; the same values in the same order)."""
+    examples, positions = found
     if not hidden.is_contiguous():
         return hidden[examples, positions]
     return hidden.view(-1, hidden.shape[-1]).index_select(0, examples * hidden.shape[1] + positions)

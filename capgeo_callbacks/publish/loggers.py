@@ -29,6 +29,7 @@ __all__ = ["TEXT_FILENAME", "LoggerHost", "TrainerPublisher", "publish_alert", "
 
 TEXT_FILENAME = "capgeo_text.csv"
 IMAGE_FOLDER = "capgeo"
+IMAGE_LOGGERS = (TensorBoardLogger, CSVLogger, WandbLogger, MLFlowLogger)  # the loggers :func:`publish_image` feeds
 
 WarnFn = Callable[[str, str], None]
 """``warn(key, message)``: how a skipped side effect is reported (the caller warns once per key)."""
@@ -175,6 +176,10 @@ class TrainerPublisher(Publisher):
 
     def __init__(self, trainer: LoggerHost, warn: WarnFn = _warn_each_time) -> None:
         self.trainer, self.warn = trainer, warn
+
+    @property
+    def shows_images(self) -> bool:
+        return self.trainer.is_global_zero and any(isinstance(logger, IMAGE_LOGGERS) for logger in self.trainer.loggers)
 
     def scalars(self, values: Mapping[str, float], step: int) -> None:
         if values and self.trainer.is_global_zero:

@@ -16,6 +16,12 @@ __all__ = ["Publisher"]
 class Publisher:
     """Takes nothing; subclasses override what their loggers can take."""
 
+    @property
+    def shows_images(self) -> bool:
+        """Whether an image published here is shown somewhere (figures are drawn only then: they cost more than a
+        measure)."""
+        return False
+
     def scalars(self, values: Mapping[str, float], step: int) -> None:
         """Scalars at ``step``."""
 

@@ -139,14 +139,21 @@ class Needs:
 
     def missing(self, tags: Collection[str], info: Mapping[str, Any]) -> list[str]:
         """The needed keys a run with series ``tags`` and run facts ``info`` lacks, in the order declared."""
-        def present(key: str) -> bool:
-            if "|" in key:
-                return any(present(part) for part in key.split("|"))
-            if key.endswith("/*"):
-                return any(tag.startswith(key[:-1]) for tag in tags)
-            return key in tags
+        return [key for key in self.series if not any(_matches(key, tag) for tag in tags)] + \
+            [key for key in self.facts if info.get(key) is None]
 
-        return [key for key in self.series if not present(key)] + [key for key in self.facts if info.get(key) is None]
+    def reads(self, tag: str) -> bool:
+        """Whether the series ``tag`` is one this rule reads (the overhead budget never thins those)."""
+        return any(_matches(key, tag) for key in self.series)
+
+
+def _matches(key: str, tag: str) -> bool:
+    """Whether the series ``tag`` meets the needed ``key`` (a tag, ``prefix/*``, or alternatives ``a|b``)."""
+    if "|" in key:
+        return any(_matches(part, tag) for part in key.split("|"))
+    if key.endswith("/*"):
+        return tag.startswith(key[:-1])
+    return key == tag
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,21 +40,21 @@ from capgeo_callbacks.keys import (
     key_words,
 )
 from capgeo_callbacks.publish.dashboard import custom_scalars_layout, dashboard_scalars
-from capgeo_callbacks.publish.figures import figure_pixels, rankme_heatmap, story_card, story_figure
-from capgeo_callbacks.publish.loggers import save_png
+from capgeo_callbacks.publish.figures import figure_pixels, rankme_heatmap, story_card
 from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.publish.text import verdict_table
 from capgeo_callbacks.rules.base import Rule, rule_from_record, rule_record
+from capgeo_callbacks.run.budget import OverheadBudget, check_overhead_budget
 from capgeo_callbacks.run.failures import WarnOnce, check_callable
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME, json_safe, write_summary
 from capgeo_callbacks.run.tracker import RunTracker, TrackerUpdate, record_of
 from capgeo_callbacks.run.view import SessionView
 
-__all__ = ["EARLY_SHARE", "STORY_FILENAME", "Measurements", "RunSession"]
+__all__ = ["EARLY_SHARE", "Measurements", "RunSession"]
 
 log = logging.getLogger("capgeo")
-STORY_FILENAME = "capgeo_story.png"
 EARLY_SHARE = 0.1  # the dashboard's early charts: the first tenth of the budget, where the schedule is dense
+DETECTOR_WORK, FIGURES_WORK = "detector", "figures"  # the session's own work in the overhead budget
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,10 @@ class RunSession:
         warn: how problems are reported once (default: a warning on rank zero).
         rules_chosen: whether the user chose the rules: one of those left out for lack of its inputs is a warning;
             one of capgeo's defaults (:func:`~capgeo_callbacks.rules.default_rules`) is a line in the log.
+        overhead_budget: capgeo's time at most this share of the run's (:mod:`capgeo_callbacks.run.budget`; None or
+            0: no budget). The session owns the run's :class:`~capgeo_callbacks.run.budget.OverheadBudget`
+            (``budget``): the adapter hands it to the measures; the live figures are optional work in it, and the
+            summary records it under ``overhead``.
 
     Raises:
         ValueError: on a bad argument.
@@ -105,11 +110,17 @@ class RunSession:
                  logprob_key: str | None = LOGPROB, token_acc_key: str | None = TOKEN_ACC,
                  rankme_prefix: str = RANKME, on_alert: Callable[[Alert], Any] | None = None,
                  live_figures: bool = False, warn: WarnOnce | None = None, loss_key: str | None = VAL_LOSS,
-                 rules_chosen: bool = True) -> None:
+                 rules_chosen: bool = True, overhead_budget: float | None = None) -> None:
         keys = RunKeys(monitor, logprob_key, token_acc_key, rankme_prefix, loss_key)  # raises on a bad name
         check_callable("on_alert", on_alert, "alert -> None")
         if not isinstance(live_figures, bool):
             raise ValueError(f"live_figures must be True or False, got {live_figures!r}")
+        share = check_overhead_budget(overhead_budget)
+        self.budget = None if share is None else OverheadBudget(share)
+        if self.budget is not None:
+            self.budget.add_work(DETECTOR_WORK, protected=True)
+            if live_figures:
+                self.budget.add_work(FIGURES_WORK)
         self.tracker = RunTracker(rules, settings, run_info, keys)
         self.on_alert = on_alert
         self.live_figures = live_figures
@@ -119,6 +130,7 @@ class RunSession:
         self.summary: dict[str, Any] = {}  # the latest summary built
         self.layout_published = False
         self._written = False
+        self._figures_drawn = False  # the end's figures: drawn once
         self._acquired = False  # whether the story card has been published for acquisition
 
     # the record, read through
@@ -163,6 +175,10 @@ class RunSession:
     def acquired_step(self) -> int | None:
         return self.view.acquired_step
 
+    def reads(self, tags: Sequence[str]) -> bool:
+        """Whether one of the run's rules reads one of the series ``tags`` (the budget never thins its measure)."""
+        return any(rule.needs.reads(tag) for rule in self.tracker.rules for tag in tags)
+
     def add_run_info(self, fields: Mapping[str, Any]) -> None:
         """Add to what the summary records of the run (what it cost, where it ran), before it is written."""
         self.tracker.run_info.update(fields)
@@ -182,6 +198,11 @@ class RunSession:
         """Record one evaluation and run the rules; on rank zero, say once which rules are left out, announce
         each new alert, and publish the forecasts and the dashboard's series at ``step``. With ``live_figures``,
         the story card too where the story changes (:meth:`story_changed`)."""
+        with self.timing(DETECTOR_WORK):  # the rules, announcing and publishing: capgeo's own time
+            return self._evaluate(step, acc, scalars, measured, publisher, max_steps)
+
+    def _evaluate(self, step: int, acc: float, scalars: Mapping[str, float] | None, measured: Measurements | None,
+                  publisher: Publisher | None, max_steps: int | None) -> TrackerUpdate:
         measured = measured if measured is not None else Measurements()
         publisher = publisher if publisher is not None else Publisher()
         update = self.tracker.update(step, acc, scalars, measured.series)
@@ -203,9 +224,15 @@ class RunSession:
         shown.update(dashboard_scalars(by_layer(measured.series, self.keys.rankme_prefix), step, early_end,
                                        sum(alert.kind == "run" for alert in self.alerts)))
         publisher.scalars(shown, step)
-        if self.live_figures and self.story_changed(update):
-            self.publish_figures(publisher, self.build_summary(measured), step, None, heatmap=False)
+        if self.live_figures and self.story_changed(update) and publisher.shows_images and (
+                self.budget is None or self.budget.allows(FIGURES_WORK, step)):
+            with self.timing(FIGURES_WORK):
+                self.publish_figures(publisher, self.build_summary(measured), step, heatmap=False)
         return update
+
+    def timing(self, work: str) -> AbstractContextManager[Any]:
+        """``with session.timing(work):`` charges the block to ``work`` in the overhead budget (nothing without one)."""
+        return nullcontext() if self.budget is None else self.budget.timing(work)
 
     def restore(self, step: int, acc: float, scalars: Mapping[str, float] | None = None,
                 measured: Measurements | None = None) -> None:
@@ -240,6 +267,8 @@ class RunSession:
         measured = measured if measured is not None else Measurements()
         self.summary = self.tracker.summary(measured.series, steps=steps, parameters=measured.parameters,
                                             rows=measured.rows, selectors=measured.selectors)
+        if self.budget is not None:
+            self.summary["overhead"] = self.budget.record()
         return self.summary
 
     def finish(self, measured: Measurements | None = None, steps: int | None = None,
@@ -247,19 +276,24 @@ class RunSession:
                filename: str = SUMMARY_FILENAME, extra: Mapping[str, Any] | None = None,
                figures: bool = True) -> dict[str, Any]:
         """The run's end: the summary (with ``extra`` keys after its own), written once into ``directory`` (None:
-        not written), and on the publisher the verdict, hparams and (with ``figures``) the story figure, also saved
-        in ``directory``, and the RankMe heatmap."""
+        not written), and on the publisher the verdict, hparams and (with ``figures``, where the publisher shows
+        images, once) the story card and the RankMe heatmap. The full story figure is drawn after training, on
+        demand (``python -m capgeo_callbacks.offline.story RUN_DIR``)."""
         summary = {**self.build_summary(measured, steps), **(extra or {})}
         self.summary = summary
         if not self.is_zero:
             return summary
+        publisher = publisher if publisher is not None else Publisher()
+        step = int(summary["steps"])
+        if figures and not self._figures_drawn:
+            with self.timing(FIGURES_WORK):  # a fixed cost of the run: in the budget's record written below
+                self.publish_figures(publisher, summary, step)
+            self._figures_drawn = True
+            if self.budget is not None:
+                summary["overhead"] = self.budget.record()
         if directory is not None and not self._written:
             write_summary(summary, directory, filename)
             self._written = True
-        publisher = publisher if publisher is not None else Publisher()
-        step = int(summary["steps"])
-        if figures:
-            self.publish_figures(publisher, summary, step, directory)
         publisher.text("capgeo/verdict", verdict_table(summary, markdown=True), step)
         metrics = {"capgeo/acquisition_step": summary.get("acquisition_step"), "capgeo/gap": summary.get("gap"),
                    "capgeo/layer_order_rho": summary.get("layer_order_rho"),
@@ -270,16 +304,17 @@ class RunSession:
         return summary
 
     def publish_figures(self, publisher: Publisher, summary: Mapping[str, Any], step: int,
-                        directory: str | Path | None, heatmap: bool = True) -> None:
-        """The story figure (a card for the loggers, the full one as PNG in ``directory``) and the heatmap."""
+                        heatmap: bool = True) -> None:
+        """The story card and the heatmap, drawn only if the publisher shows images (a figure costs more than a
+        measure: drawn for nobody, it would be the run's largest fixed cost)."""
+        if not publisher.shows_images:
+            return
         publisher.image("capgeo/story", figure_pixels(story_card(summary)), step)
         if heatmap:
             collapse = {name: info["collapse_step"] for name, info in summary["layers"].items()}
             image = rankme_heatmap(by_layer(summary["series"], self.keys.rankme_prefix),
                                    summary["acquisition_step"], collapse)
             publisher.image("capgeo/rankme_heatmap", image, step)
-        if directory is not None:
-            save_png(figure_pixels(story_figure(summary)), Path(directory) / STORY_FILENAME)
 
     def state_dict(self) -> dict[str, Any]:
         """The record, and how to rebuild this session (rules, settings, run info, keys): what a checkpoint keeps
@@ -288,7 +323,8 @@ class RunSession:
         return {"record": tracker.state_dict(), "rules": [rule_record(rule) for rule in tracker.rules],
                 "settings": tracker.settings.to_dict(), "run_info": plain(tracker.run_info),
                 "keys": asdict(tracker.keys),
-                "layout_published": self.layout_published}
+                "layout_published": self.layout_published,
+                **({} if self.budget is None else {"overhead": self.budget.state_dict()})}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the record (the configuration is the one this session was built with), from this layout or an
@@ -296,6 +332,8 @@ class RunSession:
         self.tracker.load_state_dict(record_of(state, self.keys.logprob_key))
         self._acquired = self.acquired_step is not None
         self.layout_published = bool(state.get("layout_published", state.get("layout_written", False)))
+        if self.budget is not None and state.get("overhead"):
+            self.budget.load_state_dict(state["overhead"])
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], **options: Any) -> RunSession:

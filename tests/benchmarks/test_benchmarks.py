@@ -33,8 +33,8 @@ def test_rankme_monitor_logs_rankme_of_the_captured_rows(capsys: pytest.CaptureF
     result = rankme_monitor.main(["--task", "mod", "--difficulty", "easy", "--train-steps", "0", "--repeats", "1"])
     assert result["layers"] == ["model.blocks.0", "model.blocks.1", "model.norm_f"]
     assert result["rel_diff"] == 0.0
-    assert result["ratio"] > 0
-    assert "ratio monitor / floor" in capsys.readouterr().out
+    assert result["ratio"] > 0 and len(result["times"]["own"]) == 1  # the monitor's own time, clocked inside it
+    assert "ratio monitor / mathematics" in capsys.readouterr().out
 
 
 def test_llc_vs_devinterp_agree(capsys: pytest.CaptureFixture[str]) -> None:
@@ -93,6 +93,18 @@ def test_gpu_overhead_runs_on_the_cpu_as_a_smoke_test(capsys: pytest.CaptureFixt
     (pair,) = results["sizes"]["xs"]["pairs"]
     assert results["steps"] == 6 and pair["ratio"] == pair["measured"] / pair["none"] > 0
     assert "size xs: median ratio" in capsys.readouterr().out
+
+
+def test_overhead_budget_runs_a_small_run_under_each_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import overhead_budget
+
+    result = overhead_budget.main(["--task", "mod", "--difficulty", "hard", "--max-steps", "40", "--stop-at-step",
+                                   "12", "--budgets", "0", "0.01", "--repeats", "1"])
+    off, tiny = result["rows"]
+    assert (off["budget"], tiny["budget"]) == (0.0, 0.01) and off["ratio"] > 0 and tiny["ratio"] > 0
+    assert off["shares"] == [] and len(tiny["shares"]) == 1 and tiny["shares"][0] > 0  # off: nothing timed
+    assert tiny["thinned"]["rankme"] == [0]  # what the rules read is never thinned
+    assert "| 0.01 |" in capsys.readouterr().out
 
 
 def test_overhead_tables_from_results_files(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -97,7 +97,7 @@ def main(out: Path) -> None:
                                 num_rows=NUM_ROWS)
     settings = DetectionSettings(smoothing=1)  # the study's rule alone: the scripted series are its story
     detector = PrecursorDetector(monitor="scripted_acc", logprob_monitor=None, settings=settings,
-                                 rules=[StudyRule(settings)])
+                                 rules=[StudyRule(settings)], overhead_budget=None)
     reference = SingleProcessReference(layers=2)
     trainer = Trainer(
         strategy="ddp", accelerator="cpu", devices=2, max_steps=INTERVAL * len(SCRIPTED),

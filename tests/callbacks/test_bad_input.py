@@ -93,7 +93,7 @@ def test_layers_without_a_tensor_output_are_skipped_with_a_warning(tmp_path: Pat
     layers = ["tap", "sink", "encoder.layers.1"]
     rankme = RankMeMonitor(layers=layers, selector="mean", num_rows=128)
     probes = LinearProbeMonitor(layers=layers, selector="mean", labels_fn=tuple_labels, num_rows=128)
-    detector = PrecursorDetector(monitor="val_acc", logprob_monitor=None)
+    detector = PrecursorDetector(monitor="val_acc", logprob_monitor=None, overhead_budget=None)
     with pytest.warns(UserWarning) as record:
         _, trainer = fit(tmp_path, [rankme, probes, detector], steps=16, model=OddEncoder())
     assert trainer.global_step == 16
@@ -117,7 +117,7 @@ def test_non_finite_hidden_states_and_gradients_warn_skip_and_training_goes_on(t
         GradientRankMonitor(**small),
         HessianMonitor(**small, k=1, num_iterations=4),
         LLCMonitor(**small, num_chains=2, num_draws=5, num_batches=1),
-        PrecursorDetector(monitor="val_acc", logprob_monitor=None),
+        PrecursorDetector(monitor="val_acc", logprob_monitor=None, overhead_budget=None),
     ]
     with pytest.warns(UserWarning) as record:
         model, trainer = fit(tmp_path, callbacks, steps=16, model=OddEncoder(poison=value))
@@ -153,7 +153,7 @@ def test_fewer_rows_than_asked_warn_once_and_measure_on_those(tmp_path: Path) ->
     rankme = RankMeMonitor(layers="encoder.layers.1", selector="mean", num_rows=1000)
     probes = LinearProbeMonitor(layers="encoder.layers.1", selector="mean", labels_fn=tuple_labels, num_rows=1000)
     grad_rank = GradientRankMonitor(loss_fn=tuple_loss, batch_size=300)  # 8 batches of 32 before evaluation 1
-    detector = PrecursorDetector(monitor="val_acc", logprob_monitor=None)
+    detector = PrecursorDetector(monitor="val_acc", logprob_monitor=None, overhead_budget=None)
     torch.manual_seed(0)
     model = ForeignEncoder()
     trainer = make_trainer(tmp_path, [rankme, probes, grad_rank, detector], steps=16)

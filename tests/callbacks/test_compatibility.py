@@ -88,7 +88,7 @@ def every_callback(schedule: bool = False) -> list[pl.Callback]:
         HessianMonitor(loss_fn=nll, forward=forward, batch_size=8, k=1, num_iterations=4, every_n_evals=2),
         LLCMonitor(loss_fn=nll, forward=forward, batch_size=8, num_batches=1, num_chains=1, num_draws=3,
                    every_n_evals=2),
-        PrecursorDetector(monitor="val_acc", logprob_monitor=None),
+        PrecursorDetector(monitor="val_acc", logprob_monitor=None, overhead_budget=None),  # every cadence whole
     ]
     if schedule:
         callbacks.append(EvaluationSchedule(points=5))

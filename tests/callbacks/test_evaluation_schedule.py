@@ -22,7 +22,8 @@ LAYERS = ["blocks.*", "norm_f"]
 
 def callbacks(schedule: EvaluationSchedule) -> list:
     return [RankMeMonitor(layers=LAYERS, num_rows=64), LinearProbeMonitor(layers=LAYERS, num_rows=64),
-            GradientRankMonitor(batch_size=16), PrecursorDetector(monitor="val_acc", logprob_monitor=None), schedule]
+            GradientRankMonitor(batch_size=16),
+            PrecursorDetector(monitor="val_acc", logprob_monitor=None, overhead_budget=None), schedule]
 
 
 def trainer(path: Path, cbs: list, max_steps: int) -> Trainer:

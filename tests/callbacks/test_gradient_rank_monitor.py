@@ -40,7 +40,7 @@ TAGS = ["grad_erank", "grad_cov_rank", "grad_cov_numerical_rank"]
 def test_logged_at_evaluations_and_equal_to_the_pure_functions(tmp_path: Path) -> None:
     monitor = GradientRankMonitor(loss_fn=tuple_loss, batch_size=48)
     reader = ValuesAtValidationEnd(monitor)
-    detector = PrecursorDetector(monitor="val_acc", logprob_monitor=None)
+    detector = PrecursorDetector(monitor="val_acc", logprob_monitor=None, overhead_budget=None)
     model, trainer = fit(tmp_path, [reader, detector, monitor])
     assert [s for s, _ in monitor.series["grad_erank"]] == [8, 16, 24]  # the sanity check is not measured
     # the fixed batch is the first 48 examples, cached across the first two training batches of 32

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from capgeo_callbacks import DetectionSettings, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
 from capgeo_callbacks.detection import align, scan_alerts
+from capgeo_callbacks.offline.story import draw_story
 from capgeo_callbacks.rules import StudyRule
 from tests.callbacks.conftest import read_events
 from tests.callbacks.scripted import INTERVAL, RANKME, ScriptedAccuracy, ScriptedMeasure
@@ -40,7 +41,8 @@ def study_detector(**options: Any) -> PrecursorDetector:
 
 def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
     alerts = []
-    detector = study_detector(on_alert=alerts.append, run_info={"task": "scripted"})
+    detector = study_detector(on_alert=alerts.append, run_info={"task": "scripted"},
+                              overhead_budget=None)  # every live card drawn
     run(tmp_path, steps=10 * len(RANKME), detector=detector)
 
     # collapse at eval 5 (step 60); recovery: above 8 + 10% of the 32-point drop at steps 80 and 90
@@ -70,7 +72,10 @@ def test_live_alert_summary_and_tensorboard(tmp_path) -> None:
     # the story card where the story changes: the run alert (90), acquisition at 120 confirmed at 140 (patience 3),
     # and the end (200); not at every evaluation
     assert [image.step for image in events.Images("capgeo/story")] == [90, 140, 10 * len(RANKME)]
-    assert (tmp_path / "capgeo_story.png").read_bytes()[:4] == b"\x89PNG"  # the story, beside the summary
+    # the full story figure is drawn after training, on demand, from the summary
+    assert not (tmp_path / "capgeo_story.png").exists()
+    assert draw_story(tmp_path) == tmp_path / "capgeo_story.png"
+    assert (tmp_path / "capgeo_story.png").read_bytes()[:4] == b"\x89PNG"
     text_tags = [t for t in tags["tensors"] if t.startswith("capgeo/")]
     assert any(t.startswith("capgeo/alerts") for t in text_tags)
     assert any(t.startswith("capgeo/verdict") for t in text_tags)

@@ -70,6 +70,7 @@ def test_the_bar_counts_steps_out_of_the_budget_with_what_capgeo_watches(tmp_pat
     lines = [line for line in printed.getvalue().replace("\r", "\n").splitlines() if line.startswith("step")]
     assert lines and all("/48" in line for line in lines) and "Epoch" not in printed.getvalue()
     assert any("val_acc=" in line and "rankme layers.1=" in line for line in lines)
+    assert any("capgeo=" in line and "%/3%" in line for line in lines)  # the overhead share against the budget
     detector = callbacks[1]
     if detector.acquired_step is not None:
         assert f"acquired=step {detector.acquired_step}" in lines[-1]

@@ -149,7 +149,8 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     rankme_cb = RankMeMonitor(layers=LAYERS, selector="answer", num_rows=NUM_ROWS)
     probe_cb = LinearProbeMonitor(layers=LAYERS, num_rows=NUM_ROWS, every_n_evals=PROBE_EVERY)
     rules = [StudyRule(SETTINGS), *(make_rule(name) for name in COMPARED_RULES)]
-    detector = PrecursorDetector(monitor="val/acc", settings=SETTINGS, run_info=run_info, rules=rules)
+    detector = PrecursorDetector(monitor="val/acc", settings=SETTINGS, run_info=run_info, rules=rules,
+                                 overhead_budget=None)  # every probe point, for the offline comparison
     checkpoints = run_dir / "checkpoints"
     trainer = Trainer(max_steps=MAX_STEPS, val_check_interval=EVERY, check_val_every_n_epoch=None,
                       num_sanity_val_steps=0, accelerator="cpu", logger=False, default_root_dir=run_dir,

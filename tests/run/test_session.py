@@ -20,6 +20,8 @@ from tests.rules.conftest import INFO, TOKEN_ACC
 
 
 class Recorded(Publisher):
+    shows_images = True  # type: ignore[assignment]  # a publisher whose images someone sees: figures are drawn
+
     def __init__(self) -> None:
         self.scalars_at: dict[int, dict[str, float]] = {}
         self.alerts: list[str] = []
@@ -129,3 +131,24 @@ def test_the_story_card_is_drawn_where_the_story_changes_and_survives_a_resume()
     feed(resumed, publisher, range(18, len(STEPS)))
     assert publisher.images == []  # acquisition (confirmed at step 1,700) was drawn before the resume
     assert RunSession(rules, run_info=INFO).live_figures is False  # the default of a bare session: the end only
+
+
+def test_figures_are_drawn_only_for_a_publisher_that_shows_them_and_the_end_once() -> None:
+    class Blind(Recorded):
+        shows_images = False  # type: ignore[assignment]
+
+    rules = default_rules(DetectionSettings(smoothing=1))
+    for publisher, drawn in ((Blind(), False), (Recorded(), True)):
+        session = RunSession(rules, run_info=INFO, live_figures=True)
+        measured: dict[str, list[list[float]]] = {"rankme/last": [], "probe_acc/last": []}
+        for i, step in enumerate(STEPS):
+            measured["rankme/last"].append([step, PRECURSOR_RANKME[i]])
+            measured["probe_acc/last"].append([step, 0.1 if i < 6 else 0.7])
+            session.evaluate(step, PRECURSOR_ACC[i], {"val/token_acc": TOKEN_ACC[i]}, Measurements(measured),
+                             publisher)
+        live = len(publisher.images)
+        session.finish(Measurements(measured), STEPS[-1], publisher)
+        session.finish(Measurements(measured), STEPS[-1], publisher)  # a second end draws nothing again
+        ends = [tag for tag, step in publisher.images[live:]]
+        assert (live > 0, ends) == ((True, ["capgeo/story", "capgeo/rankme_heatmap"]) if drawn else (False, []))
+
