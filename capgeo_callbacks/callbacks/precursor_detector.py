@@ -69,8 +69,7 @@ class PrecursorDetector(Callback):
 
     Example::
 
-        detector = PrecursorDetector(monitor="val/acc", on_alert=lambda alert: print(alert.message()))
-        trainer = Trainer(callbacks=[RankMeMonitor(), detector])
+        trainer = Trainer(callbacks=[RankMeMonitor(), PrecursorDetector(on_alert=print)])
     """
 
     def __init__(self, monitor: str = VAL_ACC, logprob_monitor: str | None = LOGPROB, rankme_prefix: str = RANKME,
