@@ -11,6 +11,7 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import Callback
 
 from capgeo_callbacks import LinearProbeMonitor, PrecursorDetector, RankMeMonitor
+from capgeo_callbacks.rules import StudyRule
 from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET
 from tests.callbacks.helpers import TinyAnswerLM, answer_loaders
 
@@ -25,8 +26,10 @@ def run(path: Path, detector: bool, budget: float | None = None, protect_all: bo
     callbacks: list[Callback] = [rankme, probes]
     found = None
     if detector:
+        # the study's rule alone, which reads RankMe: the probes are optional work (probe-crossing, a default
+        # rule, would read them)
         found = PrecursorDetector(monitor="val_acc", logprob_monitor=None, token_acc_monitor=None,
-                                  loss_monitor=None, overhead_budget=budget)
+                                  loss_monitor=None, overhead_budget=budget, rules=[StudyRule()])
         if protect_all and found.session.budget is not None:
             found.session.budget.protected_share = 1.0  # every evaluation protected: timed, nothing thinned
         callbacks.append(found)
