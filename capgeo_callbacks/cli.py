@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("capgeo_callbacks.publish.screenshots", "screenshots of a run's TensorBoard dashboard (needs "
                   "Chromium)"),
     "measures": ("capgeo_callbacks.registry.__main__", "the registered measures: what each needs, costs and logs"),
+    "story": ("capgeo_callbacks.offline.story", "draw a finished run's story figure from its summary"),
 }
 
 
