@@ -66,7 +66,7 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
         "hessian": {"every_n_evals": 16, "k": 1, "num_iterations": 20, "batch_size": 64},
         "llc": {"every_n_evals": 32, "num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
     }
-    assert [train.resolve_measures(spec) for spec in ("default", "none", "all", "llc,rankme")] == [
+    assert [train_cli.resolve_measures(spec) for spec in ("default", "none", "all", "llc,rankme")] == [
         ["rankme", "probes", "weight_norm"], [], list(train.MEASURES), ["llc", "rankme"]]
     callbacks = train.build_measure_callbacks(["llc", "rankme"], run_info={}, answer_len=1)
     assert [type(cb).__name__ for cb in callbacks] == ["RankMeMonitor", "LLCMonitor", "PrecursorDetector"]
