@@ -64,7 +64,7 @@ def main() -> None:
             if acquired is None or f["step"] < acquired]
     assert made, f"no forecast before acquisition (step {acquired})"
     rule, first = made[0]
-    print(f"first forecast ({rule}) at step {first['step']}: step {first['predicted']}")
+    print(f"first forecast ({rule}) at step {first['step']}: step {first['predicted']:.0f}")
 
 
 if __name__ == "__main__":
