@@ -16,7 +16,6 @@ the power law in the training fraction, the clock) is fitted on the calibration 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,7 @@ from capgeo_callbacks.rules import RunView, SurvivalForecaster
 from capgeo_callbacks.run.summary import read_summary
 from launch import ROOT, launch, require_clean_tree
 from launch.functions import FunctionTrial
+from study.phases import registered_phase_command
 from study.phases.corpus import CORPUS, write_packed
 from study.registrations.policy import committed, registered_before, sha256
 
@@ -218,25 +218,8 @@ def pilots_table(folder: Path = PILOT_RUNS, late: int = 500) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.phases.grokking", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="the registered runs of a phase, through the launcher")
-    run.add_argument("phase", choices=PHASES)
-    run.add_argument("--engine", default="ray", choices=("ray", "submitit"))
-    run.add_argument("--workers", type=int, default=2)
-    sub.add_parser("fit", help="fit on the calibration runs -> study/grokking_fitted.json")
-    sub.add_parser("pilots", help="the pilot runs' outcomes")
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        for target in run_phase(args.phase, args.engine, args.workers):
-            print(target.relative_to(ROOT))
-    elif args.command == "fit":
-        fitted = fit(load("calibration"))
-        FITTED.write_text(json.dumps(fitted, indent=1, allow_nan=False) + "\n")
-        print(FITTED.relative_to(ROOT))
-    else:
-        print(pilots_table())
+    registered_phase_command("grokking", __doc__, PHASES, FITTED, run_phase, lambda: fit(load("calibration")),
+                             pilots_table, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ acquisition, the clock, the baselines' mapping to probabilities) is fitted on th
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 from capgeo_callbacks.rules import ClockForecaster, RunView, SurvivalForecaster
 from capgeo_callbacks.run.summary import read_summary
 from launch import ROOT, Trial, launch, require_clean_tree, summary_of
+from study.phases import registered_phase_command
 from study.phases.corpus import CORPUS, write_packed
 from study.registrations.policy import committed, registered_before, sha256
 
@@ -132,24 +132,8 @@ def pilots_table(folder: Path = PILOT_RUNS) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.phases.who_learns", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="the registered runs of a phase, through the launcher")
-    run.add_argument("phase", choices=PHASES)
-    run.add_argument("--engine", default="ray", choices=("ray", "submitit"))
-    run.add_argument("--workers", type=int, default=2)
-    sub.add_parser("fit", help="fit on the calibration runs -> study/who_learns_fitted.json")
-    sub.add_parser("pilots", help="the pilot runs' outcomes (runs/p37)")
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        for target in run_phase(args.phase, args.engine, args.workers):
-            print(target.relative_to(ROOT))
-    elif args.command == "fit":
-        FITTED.write_text(json.dumps(fit(load("calibration")), indent=1, allow_nan=False) + "\n")
-        print(FITTED.relative_to(ROOT))
-    else:
-        print(pilots_table())
+    registered_phase_command("who_learns", __doc__, PHASES, FITTED, run_phase, lambda: fit(load("calibration")),
+                             pilots_table, argv)
 
 
 if __name__ == "__main__":
