@@ -21,7 +21,10 @@ token accuracy, log-prob and probe accuracy, and lower loss, mean more likely to
 (RankMe, weight norm, the learning rate, their features, any other tag) no direction is known a priori, and the
 AUROC is that of the raw value (higher = acquire), where 0.5 is chance and a value far below 0.5 separates as
 well as one far above. With calibration runs (``--calibration FOLDER``) those directions are taken from the
-calibration runs' own AUROC at the same share, and the table says so.
+calibration runs' own AUROC at the same share, but only where its 95% interval excludes 0.5 (a calibration AUROC
+near 0.5 is a coin flip, and a direction read off it would be arbitrary); otherwise the row says "no direction"
+and shows the raw AUROC. The table says which. (``directions="point"`` takes the calibration AUROC's side of 0.5
+whatever its interval: how the earlier registrations fixed them.)
 
 The AUROC is scikit-learn's ``roc_auc_score``, with a 95% percentile bootstrap interval (``scipy.stats.bootstrap``,
 resampling the positives and the negatives apart, of the Mann-Whitney U over the product of the group sizes,
@@ -56,6 +59,7 @@ FEATURED = (RANKME, WEIGHT_NORM)  # series whose drop from the running max and s
 # +1: a higher value means more likely to acquire; -1: a lower one. Tags ending in "/" are prefixes.
 A_PRIORI = {ACC: 1, TOKEN_ACC: 1, LOGPROB: 1, PROBE_ACC: 1, VAL_LOSS: -1, TRAIN_LOSS: -1}
 BASELINE = "fires on every run that learns"
+DIRECTIONS = ("interval", "point")  # how calibration fixes a direction (discrimination's ``directions``)
 
 
 def _sklearn() -> Any:
@@ -246,7 +250,7 @@ def _cell(scored: Sequence[tuple[Any, float, bool]], direction: int | None) -> A
 
 def discrimination(runs: Sequence[Any], fired: Mapping[str, Mapping[str, int | None]] | None = None,
                    forecasters: Sequence[Rule] = (), shares: Sequence[float] = SHARES,
-                   calibration: Sequence[Any] | None = None) -> dict[str, Any]:
+                   calibration: Sequence[Any] | None = None, directions: str = "interval") -> dict[str, Any]:
     """The AUROC of every score at each share of the budget, pooled and within each task (module docstring).
 
     Args:
@@ -256,12 +260,16 @@ def discrimination(runs: Sequence[Any], fired: Mapping[str, Mapping[str, int | N
         forecasters: forecaster rules, replayed at each point.
         shares: the shares of the budget.
         calibration: runs whose own AUROC at each share sets the direction of the scores without one a priori.
+        directions: ``"interval"``: from calibration only where its AUROC's 95% interval excludes 0.5;
+            ``"point"``: whichever side of 0.5 the calibration AUROC lies.
 
     Returns:
         per share (``"0.25"``): ``groups`` (per column, ``pooled`` then each task, the runs that acquire later and
         those that never do), ``left_out`` (by reason) and ``rows`` (per score: ``name``, ``direction``, ``source``
         and ``cells``, an :class:`Auroc` per column).
     """
+    if directions not in DIRECTIONS:
+        raise ValueError(f"unknown directions {directions!r}; choose one of {', '.join(DIRECTIONS)}")
     scores = [Score(BASELINE, _baseline, 1, "constant"), *series_scores(runs)]
     scores += [warning_score(name, steps) for name, steps in (fired or {}).items()]
     scores += [forecast_score(rule) for rule in forecasters]
@@ -271,11 +279,11 @@ def discrimination(runs: Sequence[Any], fired: Mapping[str, Mapping[str, int | N
         kept, left = population(runs, share)
         values = {score.name: [(run, score.value(run, run.view.prefix(end)), positive) for run, end, positive in kept]
                   for score in scores}
-        directions = _calibrated(scores, calibration, share)
+        chosen = _calibrated(scores, calibration, share, directions == "point")
         groups = {"pooled": kept, **{task: [k for k in kept if k[0].task == task] for task in tasks}}
         rows = []
         for score in scores:
-            direction, source = directions.get(score.name, (score.direction, score.source))
+            direction, source = chosen.get(score.name, (score.direction, score.source))
             cells = {column: _cell([v for v in values[score.name] if v[0].task == column or column == "pooled"],
                                    direction) for column in groups}
             rows.append({"name": score.name, "direction": direction, "source": source, "cells": cells})
@@ -284,9 +292,10 @@ def discrimination(runs: Sequence[Any], fired: Mapping[str, Mapping[str, int | N
     return found
 
 
-def _calibrated(scores: Sequence[Score], calibration: Sequence[Any] | None, share: float
+def _calibrated(scores: Sequence[Score], calibration: Sequence[Any] | None, share: float, point: bool = False
                 ) -> dict[str, tuple[int | None, str]]:
-    """The directions of the scores without one a priori, from the calibration runs' AUROC at ``share``."""
+    """The directions of the scores without one a priori, from the calibration runs' AUROC at ``share``: where its
+    95% interval excludes 0.5 (``point``: on whichever side of 0.5 it lies)."""
     if not calibration:
         return {}
     kept, _ = population(calibration, share)
@@ -296,9 +305,18 @@ def _calibrated(scores: Sequence[Score], calibration: Sequence[Any] | None, shar
             continue
         values = [(score.value(run, run.view.prefix(end)), positive) for run, end, positive in kept]
         values = [(v, p) for v, p in values if not math.isnan(v)]
-        value = auroc([v for v, p in values if p], [v for v, p in values if not p], interval=False).value
-        found[score.name] = ((None, "none: calibration inconclusive") if value is None else
-                             (1 if value >= 0.5 else -1, f"calibration, AUROC {value:.2f} there"))
+        found_auroc = auroc([v for v, p in values if p], [v for v, p in values if not p], interval=not point)
+        value = found_auroc.value
+        if value is None:
+            found[score.name] = (None, "none: calibration inconclusive")
+        elif point:
+            found[score.name] = (1 if value >= 0.5 else -1, f"calibration, AUROC {value:.2f} there")
+        elif found_auroc.low > 0.5 or found_auroc.high < 0.5:  # type: ignore[operator]
+            found[score.name] = (1 if value > 0.5 else -1, f"calibration, AUROC {found_auroc.value:.2f} "
+                                                           f"[{found_auroc.low:.2f}, {found_auroc.high:.2f}] there")
+        else:
+            found[score.name] = (None, f"no direction: calibration AUROC {value:.2f} [{found_auroc.low:.2f}, "
+                                       f"{found_auroc.high:.2f}] holds 0.5")
     return found
 
 

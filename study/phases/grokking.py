@@ -31,7 +31,7 @@ from launch import ROOT, launch, require_clean_tree
 from launch.functions import FunctionTrial
 from study.phases import registered_phase_command
 from study.phases.corpus import CORPUS, write_packed
-from study.registrations.policy import committed, registered_before, sha256
+from study.registrations.policy import committed, load_registered, sha256
 
 REGISTRATION = ROOT / "study" / "grokking_registration.json"
 FITTED = ROOT / "study" / "grokking_fitted.json"
@@ -188,16 +188,7 @@ def run_phase(phase: str, engine: str = "ray", workers: int = 2, path: Path = RE
 
 def load(phase: str, path: Path = REGISTRATION, folder: Path = FOLDER) -> list[dict[str, Any]]:
     """The exported runs of ``phase`` made under this registration after it was committed (others refused)."""
-    digest = sha256(path)
-    runs = []
-    for file in sorted((folder / phase).glob("*.json.gz")):
-        summary = read_summary(file)
-        if (summary.get("registration") or {}).get("sha256") != digest:
-            raise SystemExit(f"{file.name} was not made under {path.name} as committed (sha256 differs)")
-        if not registered_before(path, summary.get("commit")):
-            raise SystemExit(f"{file.name} was made at {summary.get('commit')}, before the registration")
-        runs.append(summary)
-    return runs
+    return load_registered(folder / phase, path)
 
 
 # ------------------------------------------------------------------------------------------------ pilots

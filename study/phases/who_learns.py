@@ -27,7 +27,7 @@ from capgeo_callbacks.run.summary import read_summary
 from launch import ROOT, Trial, launch, require_clean_tree, summary_of
 from study.phases import registered_phase_command
 from study.phases.corpus import CORPUS, write_packed
-from study.registrations.policy import committed, registered_before, sha256
+from study.registrations.policy import committed, load_registered
 
 REGISTRATION = ROOT / "study" / "who_learns_registration.json"
 FITTED = ROOT / "study" / "who_learns_fitted.json"
@@ -108,16 +108,7 @@ def run_phase(phase: str, engine: str = "ray", workers: int = 2, path: Path = RE
 
 def load(phase: str, path: Path = REGISTRATION, folder: Path = FOLDER) -> list[dict[str, Any]]:
     """The exported runs of ``phase`` made under this registration after it was committed (others refused)."""
-    digest = sha256(path)
-    runs = []
-    for file in sorted((folder / phase).glob("*.json.gz")):
-        summary = read_summary(file)
-        if (summary.get("registration") or {}).get("sha256") != digest:
-            raise SystemExit(f"{file.name} was not made under {path.name} as committed (sha256 differs)")
-        if not registered_before(path, summary.get("commit")):
-            raise SystemExit(f"{file.name} was made at {summary.get('commit')}, before the registration")
-        runs.append(summary)
-    return runs
+    return load_registered(folder / phase, path)
 
 
 def pilots_table(folder: Path = PILOT_RUNS) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from capgeo_callbacks.scoring.scores import (
     Rate,
     bootstrap_median,
     error_text,
+    first_warning,
     forecast_scores,
     scored_run,
     warning_scores,
@@ -32,6 +33,7 @@ from capgeo_callbacks.scoring.scores import (
 from launch import ROOT
 from study.phases.grokking import (
     FITTED,
+    FOLDER,
     REGISTRATION,
     cell,
     configs,
@@ -42,28 +44,39 @@ from study.phases.grokking import (
     train_step,
 )
 from study.record import page_command
-from study.record.who_learns_report import partial_note
+from study.record.registered import (
+    GAP,
+    alert_section,
+    beaten_by,
+    before_evidence,
+    commits_table,
+    forecast_section,
+    partial_note,
+    pooled,
+    probability,
+    registered_directions,
+    rule_predictor,
+    twice_now_at_half,
+    with_gap,
+)
+from study.record.registered import fmt as _fmt
+from study.record.registered import met as _met
 
 DOC = ROOT / "docs" / "grokking.md"
 OUT_OF_FAMILY = ROOT / "study" / "who_learns_fitted.json"
-GAP = "val/loss - train/loss"  # the train-validation loss gap, derived from the two recorded losses
 SHARES = (0.25, 0.5)
 
 
-def with_gap(summary: Mapping[str, Any]) -> dict[str, Any]:
+def with_facts(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The summary with the scorer's run facts (task: the operation, difficulty: the weight decay, controls as
     shuffled answers) and the train-validation loss gap as a series of its own."""
-    series = dict(summary["series"])
-    train = {step: value for step, value in series.get("train/loss", []) if value is not None}
-    series[GAP] = [[step, value - train[step]] for step, value in series.get("val/loss", [])
-                   if value is not None and step in train]
     settings = summary["settings"]
-    return {**summary, "series": series, "task": settings["operation"], "difficulty": f"wd{settings['weight_decay']:g}",
-            "shuffled_answers": bool(summary.get("control"))}
+    return {**summary, "series": with_gap(summary["series"]), "task": settings["operation"],
+            "difficulty": f"wd{settings['weight_decay']:g}", "shuffled_answers": bool(summary.get("control"))}
 
 
 def scored(summaries: Sequence[Mapping[str, Any]]) -> list[ScoredRun]:
-    runs = [scored_run(with_gap(summary), summary["name"]) for summary in summaries]
+    runs = [scored_run(with_facts(summary), summary["name"]) for summary in summaries]
     return [run for run in runs if run is not None]
 
 
@@ -117,14 +130,9 @@ def static_errors(runs: Sequence[ScoredRun], predict: Any) -> list[float]:
     return errors
 
 
-def forecast_rows(runs: Sequence[ScoredRun], fitted: Mapping[str, Any], rules: Sequence[Any]) -> list[dict[str, Any]]:
-    """At half the time to grokking: each forecaster's median error [95%], runs without a forecast, coverage."""
-    rows = []
-    for rule in rules:
-        entry = forecast_scores(rule, runs, fractions=(0.5,))["fractions"]["0.5"]
-        rows.append({"name": rule.name, "median": entry["median_error"], "entry": entry,
-                     "coverage": entry["coverage"]})
-
+def static_predictors(fitted: Mapping[str, Any]) -> dict[str, Callable[[Mapping[str, Any]], float | None]]:
+    """Forecasts fixed before a run from its settings: the power law in the training fraction and the clock, each
+    fitted per operation and weight decay on the calibration runs."""
     def law(summary: Mapping[str, Any]) -> float | None:
         params = fitted["power_law"].get(cell(summary))
         if params is None:
@@ -135,20 +143,26 @@ def forecast_rows(runs: Sequence[ScoredRun], fitted: Mapping[str, Any], rules: S
     def clock(summary: Mapping[str, Any]) -> float | None:
         return fitted["clock"].get(cell(summary))
 
-    for name, predict in (("power law in the training fraction", law), ("clock", clock)):
+    return {"power law in the training fraction": law, "clock": clock}
+
+
+def forecast_rows(runs: Sequence[ScoredRun], fitted: Mapping[str, Any], rules: Sequence[Any]) -> list[dict[str, Any]]:
+    """At half the time to grokking: each forecaster's median error [95%], runs without a forecast, coverage."""
+    rows = []
+    for rule in rules:
+        entry = forecast_scores(rule, runs, fractions=(0.5,))["fractions"]["0.5"]
+        rows.append({"name": rule.name, "median": entry["median_error"], "entry": entry,
+                     "coverage": entry["coverage"]})
+    for name, predict in static_predictors(fitted).items():
         errors = static_errors(runs, predict)
         finite = [e for e in errors if math.isfinite(e)]
         entry = {"n": len(errors), "median_error": float(np.median(errors)) if errors else None,
                  "interval": bootstrap_median(errors) if finite else None}
         rows.append({"name": name, "median": entry["median_error"], "entry": entry, "coverage": None})
+    twice = twice_now_at_half(runs)
+    rows.append({"name": "twice the current step", "median": twice["median_error"], "entry": twice,
+                 "coverage": None})
     return rows
-
-
-def _met(value: float | None, target: float, above: bool = True) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "missed (no figure)"
-    ok = value >= target if above else value <= target
-    return "met" if ok else f"missed by {abs(value - target):.2f}"
 
 
 def cost_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -188,22 +202,53 @@ def page(path: Path = REGISTRATION) -> str:
         *partial_note(len(heldout), len(configs("heldout", path))),
         outcomes_table(heldout, gap),
         "",
+        "Which commit added which held-out runs, and the code each ran (the fit's commit):",
+        "",
+        commits_table(FOLDER / "heldout", heldout),
+        "",
+        "What the probability reads: the elapsed share of the budget, the accuracy (its level, gain and slope), the "
+        "validation loss (its fall and slope) and the weight norm (its change and slope). **It holds no geometric "
+        "feature** (no RankMe, no probe).",
+        "",
         "## Will it grok within the budget? (AUROC)",
         "",
-        LEGEND + " Directions of the scores without one a priori come from the calibration runs at the same share.",
+        LEGEND + " Directions of the scores without one a priori come from the calibration runs at the same share, "
+        "only where the calibration AUROC's 95% interval excludes 0.5 (else \"no direction\", the raw AUROC). "
+        f"`{GAP}`: the train-validation loss gap. Each registered warning scores 1 once it has alerted.",
         "",
     ]
-    found_auroc = discrimination(runs, forecasters=rules, shares=SHARES, calibration=cal_runs)
-    parts += [discrimination_table(found_auroc), ""]
-    half = next((row for row in found_auroc["0.5"]["rows"] if row["name"] == f"forecast: {inside.name}"), None)
-    half_value = half["cells"]["pooled"].value if half else None
     warning_rules = [inside, make_rule("study"), make_rule("probe-crossing"), make_rule("loss-onset")]
+    fired = {rule.name: {run.name: first_warning(rule, run.view) for run in [*runs, *cal_runs]}
+             for rule in warning_rules[1:]}
+    found_auroc = discrimination(runs, fired=fired, forecasters=rules, shares=SHARES, calibration=cal_runs)
+    parts += [discrimination_table(found_auroc), ""]
+    ours_name = f"forecast: {inside.name}"
+    for share in SHARES:
+        better = beaten_by(found_auroc, share, ours_name)
+        parts.append(f"- At {share:.0%} of the budget the probability's pooled AUROC is "
+                     f"{pooled(found_auroc, share).get(ours_name)}; "
+                     + ("tied or beaten by: " + "; ".join(better) + "." if better else "no baseline ties or beats it."))
+    registered_way = discrimination(runs, fired=fired, forecasters=rules, shares=SHARES, calibration=cal_runs,
+                                    directions="point")
+    parts += ["", "The registration fixed each series' direction by the calibration AUROC's side of 0.5, whatever its "
+              "interval; where that differs from the strict direction above, its column:", "",
+              registered_directions(found_auroc, registered_way), ""]
+    half = pooled(registered_way, 0.5).get(ours_name)
+    half_value = half.value if half else None
     scores = [warning_scores(rule, runs) for rule in warning_rules]
-    parts += ["## Warnings", "",
+    parts += ["## Warnings (as registered)", "",
               "A warning counts only before grokking. The probability's warning: it first reaches 0.5.", "",
-              warning_table(scores), ""]
+              warning_table(scores), "", "## The probability's alert", "", before_evidence(inside, runs), "",
+              *alert_section("the probability", probability(inside), cal_runs, runs)]
+    statics = {name: (lambda run, view, predict=predict: None if (found := predict(run.summary)) is None
+                      else (float(found), None, None)) for name, predict in static_predictors(fitted).items()}
+    parts += ["## The forecast at shares of the budget", "",
+              *forecast_section({inside.name: rule_predictor(inside),
+                                 "acc-trend": rule_predictor(make_rule("acc-trend")), **statics}, runs), ""]
     rows = forecast_rows(runs, fitted, [inside, *rules[1:], make_rule("acc-trend")])
-    parts += ["## When? The grokking step forecast at half the time to it", "",
+    parts += ["## When? The grokking step forecast at half the time to it (as registered)", "",
+              "At half the time to grokking, \"twice the current step\" is exact by construction (but for the "
+              "evaluations' spacing): its row says so.", "",
               "| forecaster | median error [95%] | interval holds the step |", "| --- | --- | --- |"]
     for row in rows:
         parts.append(f"| {row['name']} | {error_text(row['entry'])} (n={row['entry']['n']}) | "
@@ -213,6 +258,8 @@ def page(path: Path = REGISTRATION) -> str:
     coverage: Rate = ours["coverage"]
     targets = found["targets"]
     parts += ["", "## Targets, as registered", "",
+              "Judged as registered (directions as registered); ties with a baseline are said on the AUROC lines "
+              "above.", "",
               f"- The probability's AUROC at 50% of the budget >= "
               f"{targets['probability_auroc_at_half_budget_at_least']}: "
               f"{'-' if half_value is None else f'{half_value:.2f}'}, "
@@ -225,12 +272,6 @@ def page(path: Path = REGISTRATION) -> str:
               f"{_met(coverage.value, targets['interval_coverage_at_least'])}.",
               "", "## Cost", "", *cost_lines([*calibration, *heldout]), "<!-- end generated -->"]
     return "\n".join(parts)
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return "none" if math.isinf(value) else f"{value:.2f}"
 
 
 def write_report() -> str:
@@ -246,14 +287,19 @@ def readme_line() -> str:
     rules = survival_rules(fitted)
     found = discrimination(scored(heldout), forecasters=rules[:1], shares=(0.5,),
                            calibration=scored(load("calibration")))
-    cells = {row["name"]: row["cells"]["pooled"] for row in found["0.5"]["rows"]}
+    cells = pooled(found, 0.5)
+    ours = f"forecast: {rules[0].name}"
+    better = beaten_by(found, 0.5, ours)
     made, registered = len(heldout), len(configs("heldout"))
     partial = "" if made >= registered else f" (partial: {made} of {registered} registered runs made so far)"
     return (f"**Who will grok.** On the field's benchmark, grokking of modular arithmetic, {made} registered "
-            f"held-out runs{partial}: the probability of grokking within the budget, at half the budget, tells the "
-            f"runs that will grok from those that will not with AUROC {cells.get(f'forecast: {rules[0].name}', '-')};"
-            f" the accuracy alone: {cells.get('acc', '-')}, the weight norm: {cells.get('weight_norm/global', '-')} "
-            "([docs/grokking.md](docs/grokking.md)).")
+            f"held-out runs{partial}: the probability of grokking within the budget (accuracy, loss and weight norm, "
+            f"no geometry), at half the budget, separates the runs that will grok from those that will not with "
+            f"AUROC {cells.get(ours, '-')}; the accuracy alone: {cells.get('acc', '-')}, the validation loss: "
+            f"{cells.get('val/loss', '-')}, the weight norm: {cells.get('weight_norm/global', '-')}. "
+            + (f"Tied or beaten by {len(better)} single series (" + "; ".join(better) + ")" if better
+               else "No single series ties or beats it")
+            + " ([docs/grokking.md](docs/grokking.md)).")
 
 
 __all__ = ["page", "readme_line", "train_step", "write_report"]

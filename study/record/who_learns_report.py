@@ -19,10 +19,28 @@ import numpy as np
 from capgeo_callbacks.rules import ClockForecaster, SurvivalForecaster, make_rule
 from capgeo_callbacks.scoring import ScoredRun
 from capgeo_callbacks.scoring.discrimination import LEGEND, discrimination, discrimination_table, population
-from capgeo_callbacks.scoring.scores import Rate, error_text, forecast_scores, scored_run
+from capgeo_callbacks.scoring.scores import Rate, error_text, first_warning, forecast_scores, scored_run
 from launch import ROOT
-from study.phases.who_learns import FITTED, REGISTRATION, jobs, load, registration
+from study.phases.who_learns import FITTED, FOLDER, REGISTRATION, jobs, load, registration
 from study.record import page_command
+from study.record.registered import (
+    GAP,
+    TIE,
+    alert_section,
+    beaten_by,
+    before_evidence,
+    commits_table,
+    forecast_section,
+    partial_note,
+    pooled,
+    probability,
+    registered_directions,
+    rule_predictor,
+    twice_now_at_half,
+    with_gap,
+)
+from study.record.registered import fmt as _fmt
+from study.record.registered import met as _met
 
 DOC = ROOT / "docs" / "who-learns.md"
 QUARTER = 0.25
@@ -30,7 +48,7 @@ BASELINES = ("acc", "val/loss", "weight_norm/global")
 
 
 def scored(summaries: Sequence[Mapping[str, Any]]) -> list[ScoredRun]:
-    runs = [scored_run(summary, summary["name"]) for summary in summaries]
+    runs = [scored_run({**summary, "series": with_gap(summary["series"])}, summary["name"]) for summary in summaries]
     return [run for run in runs if run is not None]
 
 
@@ -71,13 +89,19 @@ def baseline_probabilities(calibration: Sequence[ScoredRun], tag: str, share: fl
     return value
 
 
+def brier_tags(runs: Sequence[ScoredRun]) -> list[str]:
+    """The registered baselines, then every other series the runs record."""
+    recorded = dict.fromkeys(tag for run in runs for tag in run.view.series)
+    return [*BASELINES, *(tag for tag in recorded if tag not in BASELINES)]
+
+
 def brier_rows(runs: Sequence[ScoredRun], calibration: Sequence[ScoredRun], survival: SurvivalForecaster,
-               share: float = QUARTER) -> list[dict[str, Any]]:
-    """The Brier score at ``share`` of the budget of the probability and of each baseline mapped to one, on the
-    held-out runs not yet acquired there (non-controls), with n."""
+               share: float = QUARTER, tags: Sequence[str] = BASELINES) -> list[dict[str, Any]]:
+    """The Brier score at ``share`` of the budget of the probability and of each series (``tags``) mapped to one, on
+    the held-out runs not yet acquired there (non-controls), with n."""
     kept, _ = population(runs, share)
     scorers = {"survival (the probability)": probability_of(survival),
-               **{tag: baseline_probabilities(calibration, tag, share) for tag in BASELINES}}
+               **{tag: baseline_probabilities(calibration, tag, share) for tag in tags}}
     rows = []
     for name, scorer in scorers.items():
         pairs = [(scorer(run, end), positive) for run, end, positive in kept]
@@ -96,13 +120,6 @@ def outcomes_table(summaries: Sequence[Mapping[str, Any]]) -> str:
     lines = ["| task | setting | acquisition step by seed (-: not within the budget) |", "| --- | --- | --- |"]
     lines += [f"| {task} | {setting} | {', '.join(found)} |" for (task, setting), found in sorted(cells.items())]
     return "\n".join(lines)
-
-
-def _met(value: float | None, target: float, above: bool = True) -> str:
-    if value is None or math.isnan(value):
-        return "missed (no figure)"
-    ok = value >= target if above else value <= target
-    return "met" if ok else f"missed by {abs(value - target):.2f}"
 
 
 def page() -> str:
@@ -126,48 +143,89 @@ def page() -> str:
         "([study/who_learns_fitted.json](../study/who_learns_fitted.json)). The pilots that chose the settings, "
         "never reported as results: [who-learns-pilots.md](who-learns-pilots.md).",
         "",
+        "What the probability reads: the elapsed share of the budget, the accuracy (its level, gain and slope), the "
+        "validation loss (its fall and slope) and the weight norm (its change and slope). **It holds no geometric "
+        "feature** (no RankMe, no probe): whatever it tells, it tells from the accuracy, the loss and the norm. "
+        "(The accuracy's first value is 0 on every run here, so `acc` and `acc_gain` are one column twice: the fit "
+        "gave them the same coefficient.) The runs that never acquire were made so by their settings (a budget too "
+        "short, a learning rate ten times too low), which the weight norm and the loss see: the registered test asks "
+        "who will learn among runs that differ in their settings, not among twins (issue 44 asks that).",
+        "",
         f"Held-out runs: {len(heldout)}: {positives} acquired within their budget, {negatives} non-control runs did "
         f"not, {controls} shuffled-answer controls.",
         "",
         *partial_note(len(heldout), len(jobs("heldout"))),
         outcomes_table(heldout),
         "",
+        "Which commit added which held-out runs, and the code each ran (the fit's commit):",
+        "",
+        commits_table(FOLDER / "heldout", heldout),
+        "",
         "## AUROC",
         "",
-        LEGEND + " Directions of the scores without one a priori come from the calibration runs at the same share.",
+        LEGEND + " Directions of the scores without one a priori come from the calibration runs at the same share, "
+        "only where the calibration AUROC's 95% interval excludes 0.5 (else \"no direction\", the raw AUROC). "
+        f"`{GAP}`: the train-validation loss gap. The registered warning (`{found['warning']['name']}`) scores 1 once "
+        "it has alerted.",
         "",
     ]
-    found_auroc = discrimination(runs, forecasters=[survival], calibration=cal_runs)
+    fired = {found["warning"]["name"]: {run.name: first_warning(make_rule(found["warning"]["name"]), run.view)
+                                        for run in [*runs, *cal_runs]}}
+    forecasters = [survival, clock]
+    found_auroc = discrimination(runs, fired=fired, forecasters=forecasters, calibration=cal_runs)
     parts += [discrimination_table(found_auroc), ""]
-    quarter = {row["name"]: row["cells"]["pooled"].value for row in found_auroc["0.25"]["rows"]}
-    ours = quarter.get("forecast: survival")
-    briers = brier_rows(runs, cal_runs, survival)
+    ours_name = "forecast: survival"
+    for share in (0.1, QUARTER, 0.5):
+        better = beaten_by(found_auroc, share, ours_name)
+        mine = pooled(found_auroc, share).get(ours_name)
+        parts.append(f"- At {share:.0%} of the budget the probability's pooled AUROC is {mine}; "
+                     + ("tied or beaten by: " + "; ".join(better) + "." if better else "no baseline ties or beats it."))
+    registered_way = discrimination(runs, fired=fired, forecasters=forecasters, calibration=cal_runs,
+                                    directions="point")
+    parts += ["", "Where the way the directions were fixed when registered (the calibration AUROC's side of 0.5, "
+              "whatever its interval) gives another direction than the strict one above:", "",
+              registered_directions(found_auroc, registered_way), ""]
+    quarter = {name: cell.value for name, cell in pooled(registered_way, QUARTER).items()}
+    ours = quarter.get(ours_name)
+    briers = brier_rows(runs, cal_runs, survival, tags=brier_tags(runs))
     parts += ["## Brier score at 25% of the budget", "",
               "Mean squared difference between a probability and the outcome (lower is better), on the held-out "
-              "runs not yet acquired at 25% of their budget; each baseline's value mapped to a probability by "
-              "logistic regression fitted on the calibration runs at the same share.", "",
+              "runs not yet acquired at 25% of their budget; each series' value mapped to a probability by "
+              "logistic regression fitted on the calibration runs at the same share (the registered baselines "
+              "first, then every other recorded series).", "",
               "| probability | Brier score | runs |", "| --- | --- | --- |"]
     parts += [f"| {row['name']} | {_fmt(row['brier'], 3)} | {row['n']} |" for row in briers]
+    parts += ["", "## The probability's alert", "", before_evidence(survival, runs), "",
+              *alert_section("the probability", probability(survival), cal_runs, runs)]
+    parts += ["## The forecast at shares of the budget", "",
+              *forecast_section({"survival": rule_predictor(survival), "clock": rule_predictor(clock),
+                                 "acc-trend": rule_predictor(make_rule("acc-trend"))}, runs), ""]
     forecasts = [forecast_scores(rule, runs, fractions=(0.5,)) for rule in (survival, clock, make_rule("acc-trend"))]
-    parts += ["", "## When? The forecast at half the time to acquisition", "",
+    parts += ["## When? The forecast at half the time to acquisition (as registered)", "",
+              "At half the time to acquisition, \"twice the current step\" is exact by construction (but for the "
+              "evaluations' spacing): the row below says so.", "",
               "| forecaster | median error [95%] | interval holds the step |", "| --- | --- | --- |"]
     for entry in forecasts:
         half = entry["fractions"]["0.5"]
         parts.append(f"| {entry['rule']} | {error_text(half)} (n={half['n']}) | {half['coverage']} |")
+    twice = twice_now_at_half(runs)
+    parts.append(f"| twice the current step | {error_text(twice)} (n={twice['n']}) | - |")
     ours_error = forecasts[0]["fractions"]["0.5"]["median_error"]
     clock_error = forecasts[1]["fractions"]["0.5"]["median_error"]
     coverage: Rate = forecasts[0]["fractions"]["0.5"]["coverage"]
     targets = found["targets"]
     ours_brier = briers[0]["brier"]
     parts += ["", "## Targets, as registered", "",
+              "Judged as registered (directions as registered); a tie with a baseline is said beside the verdict.", "",
               f"- AUROC at 25% of the budget >= {targets['auroc_at_quarter_budget_at_least']}: "
               f"{_fmt(ours)}, {_met(ours, targets['auroc_at_quarter_budget_at_least'])}."]
     for tag in targets["auroc_above_every_single_series_at_quarter_budget"]:
         theirs = quarter.get(tag)
         both = ours is not None and theirs is not None
         verdict = "met" if both and ours > theirs else "missed" + (f" by {theirs - ours:.2f}" if both else "")
-        parts.append(f"- AUROC above {tag}'s ({_fmt(theirs)}): {verdict}.")
-    for row in briers[1:]:
+        tie = " (a tie)" if both and abs(ours - theirs) < TIE else ""
+        parts.append(f"- AUROC above {tag}'s ({_fmt(theirs)}): {verdict}{tie}.")
+    for row in briers[1:1 + len(BASELINES)]:
         parts.append(f"- Brier score below {row['name']}'s ({_fmt(row['brier'], 3)}): {_fmt(ours_brier, 3)}, "
                      + ("met" if ours_brier is not None and row["brier"] is not None and ours_brier < row["brier"]
                         else "missed") + ".")
@@ -183,33 +241,23 @@ def page() -> str:
 def readme_line() -> str:
     """The README's line on who will learn, from the same figures as the page."""
     heldout = load("heldout")
-    survival, _ = fitted_rules()
+    survival, clock = fitted_rules()
     survival.name = "survival"
-    found = discrimination(scored(heldout), forecasters=[survival], shares=(0.25,),
+    found = discrimination(scored(heldout), forecasters=[survival, clock], shares=(QUARTER,),
                            calibration=scored(load("calibration")))
-    cells = {row["name"]: row["cells"]["pooled"] for row in found["0.25"]["rows"]}
+    cells = pooled(found, QUARTER)
+    better = beaten_by(found, QUARTER, "forecast: survival")
     made, registered = len(heldout), len(jobs("heldout"))
     partial = "" if made >= registered else f" (partial: {made} of {registered} registered runs made so far)"
-    return (f"**Who will learn.** On {made} registered held-out runs of capgeo's own tasks{partial}, the "
-            f"probability of acquisition at a quarter of the budget tells the runs that will acquire from those "
-            f"that will not with "
-            f"AUROC {cells.get('forecast: survival', '-')}; the accuracy alone: {cells.get('acc', '-')}, the "
-            f"validation loss: {cells.get('val/loss', '-')} ([docs/who-learns.md](docs/who-learns.md)).")
-
-
-def partial_note(made: int, registered: int) -> list[str]:
-    """What a page says while only part of the registered held-out runs is in: the figures are provisional."""
-    if made >= registered:
-        return []
-    return [f"**Partial: {made} of the {registered} registered held-out runs are made so far** (the others were not "
-            "run yet, none was left out). Every figure below is on those alone and provisional; the targets are "
-            "judged as registered only on all of them.", ""]
-
-
-def _fmt(value: float | None, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return "none" if math.isinf(value) else f"{value:.{digits}f}"
+    return (f"**Who will learn.** On {made} registered held-out runs of capgeo's own tasks{partial}, runs made to "
+            "fail by their settings (a budget too short, a learning rate too low), the probability of acquisition "
+            "(which reads the accuracy, the loss and the weight norm, no geometry) at a quarter of the budget "
+            f"separates the runs that will acquire from those that will not with AUROC "
+            f"{cells.get('forecast: survival', '-')}; the accuracy alone: {cells.get('acc', '-')}, the validation "
+            f"loss: {cells.get('val/loss', '-')}, the weight norm: {cells.get('weight_norm/global', '-')}. "
+            + (f"Tied or beaten by {len(better)} single series (" + "; ".join(better) + ")" if better
+               else "No single series ties or beats it")
+            + " ([docs/who-learns.md](docs/who-learns.md)).")
 
 
 def write_report() -> str:
@@ -218,7 +266,7 @@ def write_report() -> str:
     return text
 
 
-__all__ = ["page", "partial_note", "readme_line", "write_report", "REGISTRATION"]
+__all__ = ["page", "readme_line", "write_report", "REGISTRATION"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

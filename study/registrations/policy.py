@@ -12,13 +12,15 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from capgeo_callbacks.rules.registration import file_sha256
+from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun
 from launch import ROOT
 from study.phases.corpus import HELD_OUT_SEEDS
 
-__all__ = ["committed", "held_out_check", "registered_before", "sha256"]
+__all__ = ["committed", "held_out_check", "load_registered", "registered_before", "sha256"]
 
 sha256 = file_sha256  # what a run records of its registration
 
@@ -71,3 +73,18 @@ def committed(path: Path) -> bool:
     except OSError:
         return False
     return tracked and clean
+
+
+def load_registered(folder: Path, registration: Path) -> list[dict[str, Any]]:
+    """The exported summaries in ``folder`` made under ``registration`` as committed and after it was committed;
+    any other refuses the whole set (a registered phase reports all of its runs or none)."""
+    digest = sha256(registration)
+    runs = []
+    for file in sorted(folder.glob("*.json.gz")):
+        summary = read_summary(file)
+        if (summary.get("registration") or {}).get("sha256") != digest:
+            raise SystemExit(f"{file.name} was not made under {registration.name} as committed (sha256 differs)")
+        if not registered_before(registration, summary.get("commit")):
+            raise SystemExit(f"{file.name} was made at {summary.get('commit')}, before the registration")
+        runs.append(summary)
+    return runs

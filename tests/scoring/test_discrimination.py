@@ -107,6 +107,25 @@ def test_directions_without_one_a_priori_come_from_calibration_runs(tmp_path: Pa
     assert calibrated["source"].startswith("calibration")
 
 
+def test_a_calibration_auroc_whose_interval_holds_one_half_fixes_no_direction(tmp_path: Path) -> None:
+    """Calibration runs whose RankMe does not separate (3 and 8 in each group) leave the direction open: the raw
+    AUROC is shown; the registered way (the point estimate's side of 0.5) still picks one."""
+    for seed, rank in ((0, 3.0), (1, 8.0)):
+        write(tmp_path / "calibration", f"learns-{seed}", learns(0.2), rank=rank)
+        write(tmp_path / "calibration", f"never-{seed}", NEVER, rank=rank + 0.5)
+    for seed in (0, 1):
+        write(tmp_path / "scored", f"learns-{seed}", learns(0.2), rank=3.0 + seed)
+        write(tmp_path / "scored", f"never-{seed}", NEVER, rank=8.0 + seed)
+    runs, calibration = load_runs(tmp_path / "scored"), load_runs(tmp_path / "calibration")
+    strict = row(discrimination(runs, shares=(0.25,), calibration=calibration), "0.25", "rankme/x")
+    assert strict["direction"] is None and strict["cells"]["pooled"].value == 0.0
+    assert strict["source"].startswith("no direction: calibration AUROC 0.25")
+    point = row(discrimination(runs, shares=(0.25,), calibration=calibration, directions="point"), "0.25", "rankme/x")
+    assert point["direction"] == -1 and point["cells"]["pooled"].value == 1.0
+    with pytest.raises(ValueError, match="interval, point"):
+        discrimination(runs, shares=(0.25,), directions="best")
+
+
 def test_a_rerun_counts_once(tmp_path: Path) -> None:
     write(tmp_path / "one", "run", learns(0.2), rank=5.0)
     write(tmp_path / "two", "run", learns(0.2), rank=5.0)  # the same settings, seed and series
