@@ -311,6 +311,14 @@ def _cost_cell(row: dict[str, Any]) -> str:
     return cell + (f" ({row['resumes']} resumes, whole)" if row["resumes"] else "")
 
 
+def _why_no_cost(row: dict[str, Any]) -> str:
+    """Why a committed run carries no CPU time, and why it is not rerun to carry one."""
+    if "NVIDIA" in str(row["machine"]):
+        return ("made on the lent GPU machine, whose runner recorded no CPU time then; not rerun, since a rerun here "
+                "would be another run on another machine, and the forecast pages were scored on this one")
+    return "made before train.py recorded it"
+
+
 def cost_table(rows: Sequence[dict[str, Any]]) -> str:
     """CPU hours per phase and machine, from what each run recorded; a ``hard`` run that is a copy of a calibration
     run is counted once (with the calibration), and a total that lacks some run's time says so."""
@@ -339,7 +347,7 @@ def cost_table(rows: Sequence[dict[str, Any]]) -> str:
               "Incomplete: " + "; ".join(
                   [f"{row['phase']}/{row['run']} (resumed before CPU time was carried in the checkpoint; known from "
                    f"{row['partial_cost']})" for row in rows if row["partial_cost"]]
-                  + [f"{row['phase']}/{row['run']} (no `cpu_seconds` recorded)" for row in rows
+                  + [f"{row['phase']}/{row['run']} (no `cpu_seconds` recorded: {_why_no_cost(row)})" for row in rows
                      if row["cpu_seconds"] is None and not row["copy_of"]]) + "."]
     return "\n".join(lines)
 

@@ -161,8 +161,13 @@ def gallery_lines(runs: Sequence[ScoredRun]) -> list[str]:
 
 def gallery_provenance() -> str:
     """What the gallery's summaries record of where they ran (``python -m study.user_forecast gallery`` adds it)."""
-    return unrecorded({path.name.removesuffix(".json.gz"): read_summary(path)
-                       for path in sorted(GALLERY.glob("*.json.gz"))})
+    found = unrecorded({path.name.removesuffix(".json.gz"): read_summary(path)
+                        for path in sorted(GALLERY.glob("*.json.gz"))})
+    if found.startswith("Not recorded"):
+        found += (" These runs were made before the gallery command recorded where a run ran and its CPU time; they "
+                  "are not rerun to carry it, because the default forecast was chosen on them: a rerun would replace "
+                  "the runs a frozen choice stands on.")
+    return found
 
 
 def report() -> str:
