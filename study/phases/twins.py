@@ -1,0 +1,157 @@
+"""Twins (issue 44; spec section 16): runs that share every setting and differ only in their seed, in cells where
+about half the seeds acquire within the budget, so that no setting tells them apart. Does the geometry (RankMe per
+layer, the probes, ILDR) tell which twins will acquire, beyond the accuracy, the losses and the weight norm?
+
+    python -m study.phases.twins pilots run   # the pilot runs (seeds 3000 and up) -> corpus/twins/pilots/
+    python -m study.phases.twins pilots       # each candidate cell's pilot outcomes (docs/twins-pilots.md)
+
+This module holds the first step: **pilots**, on their own seed range, listed and never reported as results, that
+find the cells. Each candidate is a train.py setting with its budget (the learning-rate schedule is tied to the
+budget, so each candidate budget has its own pilot seeds) or a grokking setting run long (its learning rate is
+constant after a short warm-up, so a budget can be read off long runs: a run cut at a budget is that run's
+prefix). A cell is a twin cell when 30-70% of its pilot seeds acquire within the budget. The registration (cells,
+seeds per cell, models, endpoints, decision rules, targets) is committed after the pilots and before any
+calibration twin; it is not in this module yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from capgeo_callbacks.run.summary import read_summary
+from launch import ROOT, Trial, launch, require_clean_tree, summary_of
+from launch.functions import FunctionTrial
+from study.phases.corpus import CORPUS, write_packed
+
+FOLDER = CORPUS / "twins"
+RUNS = ROOT / "runs" / "twins"
+DOC = ROOT / "docs" / "twins-pilots.md"
+PILOT_SEEDS = tuple(range(3000, 3008))  # 8 per candidate cell; never a calibration or held-out seed
+TWIN_SHARE = (0.3, 0.7)  # a twin cell: this share of its pilot seeds acquire within the budget
+GROKKING = "examples.grokking.grokking:train"
+GROKKING_FIXED = {"p": 97, "lr": 0.001, "warmup": 10, "batch_size": 512, "dim": 128, "layers": 1, "heads": 4,
+                  "stop_at": 0.99}  # as in study/grokking_registration.json
+LONG_BUDGET = 5000  # grokking pilots run this long; a cell's budget is read off them
+
+# train.py candidates (size xs, learning rate 1e-3, train.py's defaults otherwise), each budget near where the
+# committed corpus's same-setting runs acquire (corpus/who-learns, corpus/calibration: e.g. sort medium at 400
+# steps acquired on 2 of 5 seeds, reverse medium at 1500 steps between 240 and 636, mul medium at 1200 between 683
+# and 997, compare hard at 2400 on 3 of 9)
+CANDIDATES: tuple[Mapping[str, Any], ...] = (
+    {"task": "sort", "difficulty": "medium", "max_steps": 450},
+    {"task": "sort", "difficulty": "medium", "max_steps": 600},
+    {"task": "reverse", "difficulty": "medium", "max_steps": 350},
+    {"task": "reverse", "difficulty": "medium", "max_steps": 500},
+    {"task": "mul", "difficulty": "medium", "max_steps": 700},
+    {"task": "mul", "difficulty": "medium", "max_steps": 900},
+    {"task": "compare", "difficulty": "hard", "max_steps": 2400},
+)
+GROKKING_CANDIDATES: tuple[Mapping[str, Any], ...] = (
+    {"operation": "add", "fraction": 0.45, "weight_decay": 1.0},
+    {"operation": "sub", "fraction": 0.45, "weight_decay": 1.0},
+)
+
+
+def cell_name(candidate: Mapping[str, Any]) -> str:
+    """``sort-medium-b450`` or ``grok-add-f0.45-wd1``."""
+    if "operation" in candidate:
+        return f"grok-{candidate['operation']}-f{candidate['fraction']:g}-wd{candidate['weight_decay']:g}"
+    return f"{candidate['task']}-{candidate['difficulty']}-b{candidate['max_steps']}"
+
+
+def pilot_jobs() -> list[tuple[str, Trial | FunctionTrial]]:
+    """Every pilot run, seed by seed across the cells (a phase cut short still covers every cell)."""
+    jobs: list[tuple[str, Trial | FunctionTrial]] = []
+    for seed in PILOT_SEEDS:
+        for candidate in CANDIDATES:
+            name = f"{cell_name(candidate)}-s{seed}"
+            argv = ("--task", candidate["task"], "--difficulty", candidate["difficulty"], "--size", "xs",
+                    "--max-steps", str(candidate["max_steps"]), "--lr", "0.001", "--seed", str(seed))
+            jobs.append((name, Trial(name, argv, RUNS / "pilots", tags={"cell": cell_name(candidate)})))
+        for candidate in GROKKING_CANDIDATES:
+            name = f"{cell_name(candidate)}-s{seed}"
+            config = {**GROKKING_FIXED, **candidate, "max_steps": LONG_BUDGET, "seed": seed, "control": False}
+            jobs.append((name, FunctionTrial(name, GROKKING, config, RUNS / "pilots",
+                                             tags={"cell": cell_name(candidate)})))
+    return jobs
+
+
+def run_pilots(engine: str = "ray", workers: int = 2) -> list[Path]:
+    """Run (or resume) every pilot not yet exported, one thread each; export each as it finishes."""
+    commit = require_clean_tree("the twins' pilots")
+    todo = [(name, trial) for name, trial in pilot_jobs() if not (FOLDER / "pilots" / f"{name}.json.gz").exists()]
+    named = {trial.root: name for name, trial in todo}
+    written: list[Path] = []
+
+    def finished(outcome: Any) -> None:  # exported as each ends: a session that dies keeps what finished
+        summary = summary_of(outcome.trial)
+        if summary is not None:
+            name = named[outcome.trial.root]
+            summary.update(name=name, phase="pilots", cell=outcome.trial.tags["cell"])
+            if outcome.trial.kind == "function":  # what train.py records itself, from the launcher's record
+                record = json.loads((outcome.trial.root / "run.json").read_text())
+                summary.update(settings=record["settings"], max_steps=LONG_BUDGET, cpu_seconds=record["cpu_seconds"],
+                               wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
+                               threads=record["threads"], commit=commit, uncommitted_changes=False)
+            written.append(write_packed(summary, FOLDER / "pilots" / f"{name}.json.gz"))
+
+    launch([trial for _, trial in todo], engine=engine, jobs=workers, on_outcome=finished)
+    return written
+
+
+def pilots_table(folder: Path = FOLDER / "pilots") -> str:
+    """Per candidate cell: its pilots' acquisition steps, the share acquired within the budget, and whether it is a
+    twin cell; for grokking cells, the budget at which half the pilots had grokked (the median grokking step)."""
+    cells: dict[str, list[Mapping[str, Any]]] = {}
+    for path in sorted(folder.glob("*.json.gz")):
+        summary = read_summary(path)
+        cells.setdefault(str(summary.get("cell")), []).append(summary)
+    lines = ["| cell | pilots | acquisition steps (-: not within the budget) | acquired | twin cell (30-70%) |",
+             "| --- | ---: | --- | --- | --- |"]
+    for cell, runs in cells.items():
+        steps = [run.get("acquisition_step") for run in runs]
+        acquired = sum(step is not None for step in steps)
+        shown = ", ".join("-" if step is None else str(step) for step in steps)
+        if cell.startswith("grok-"):
+            grokked = [step for step in steps if step is not None]
+            budget = statistics.median(grokked) if grokked else None
+            verdict = "-" if budget is None else f"budget {budget:.0f} (the median grokking step)"
+            lines.append(f"| {cell} | {len(runs)} | {shown} | {acquired} of {len(runs)} within {LONG_BUDGET} | "
+                         f"{verdict} |")
+            continue
+        share = acquired / len(runs)
+        twin = "yes" if TWIN_SHARE[0] <= share <= TWIN_SHARE[1] else "no"
+        lines.append(f"| {cell} | {len(runs)} | {shown} | {acquired} of {len(runs)} ({share:.0%}) | {twin} |")
+    return "\n".join(lines)
+
+
+def page() -> str:
+    return "\n".join(["# Twins: the pilots (never reported as results)", "",
+                      "<!-- generated by: python -m study.phases.twins pilots -->",
+                      "Pilot runs on their own seeds (3000-3007) that choose the twin cells; see "
+                      "`study/phases/twins.py` for the candidates and why.", "", pilots_table(),
+                      "<!-- end generated -->"])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m study.phases.twins", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    pilots = sub.add_parser("pilots", help="the pilots' table, or (run) the pilot runs")
+    pilots.add_argument("action", nargs="?", choices=("table", "run"), default="table")
+    pilots.add_argument("--engine", default="ray", choices=("ray", "submitit"))
+    pilots.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.action == "run":
+        for target in run_pilots(args.engine, args.workers):
+            print(target.relative_to(ROOT))
+    print(page())
+
+
+if __name__ == "__main__":
+    main()
