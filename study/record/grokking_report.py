@@ -44,23 +44,7 @@ from study.phases.grokking import (
     train_step,
 )
 from study.record import page_command
-from study.record.registered import (
-    GAP,
-    alert_section,
-    beaten_by,
-    before_evidence,
-    commits_table,
-    forecast_section,
-    partial_note,
-    pooled,
-    probability,
-    registered_directions,
-    rule_predictor,
-    twice_now_at_half,
-    with_gap,
-)
-from study.record.registered import fmt as _fmt
-from study.record.registered import met as _met
+from study.record import registered as shared
 
 DOC = ROOT / "docs" / "grokking.md"
 OUT_OF_FAMILY = ROOT / "study" / "who_learns_fitted.json"
@@ -71,7 +55,7 @@ def with_facts(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The summary with the scorer's run facts (task: the operation, difficulty: the weight decay, controls as
     shuffled answers) and the train-validation loss gap as a series of its own."""
     settings = summary["settings"]
-    return {**summary, "series": with_gap(summary["series"]), "task": settings["operation"],
+    return {**summary, "series": shared.with_gap(summary["series"]), "task": settings["operation"],
             "difficulty": f"wd{settings['weight_decay']:g}", "shuffled_answers": bool(summary.get("control"))}
 
 
@@ -159,7 +143,7 @@ def forecast_rows(runs: Sequence[ScoredRun], fitted: Mapping[str, Any], rules: S
         entry = {"n": len(errors), "median_error": float(np.median(errors)) if errors else None,
                  "interval": bootstrap_median(errors) if finite else None}
         rows.append({"name": name, "median": entry["median_error"], "entry": entry, "coverage": None})
-    twice = twice_now_at_half(runs)
+    twice = shared.twice_now_at_half(runs)
     rows.append({"name": "twice the current step", "median": twice["median_error"], "entry": twice,
                  "coverage": None})
     return rows
@@ -199,12 +183,12 @@ def page(path: Path = REGISTRATION) -> str:
         f"0.5), {numbers['prompt']} grokked without that delay, {numbers['never']} never grokked within "
         f"{found['fixed']['max_steps']:,} steps, and {numbers['control']} are shuffled-answer controls.",
         "",
-        *partial_note(len(heldout), len(configs("heldout", path))),
+        *shared.partial_note(len(heldout), len(configs("heldout", path))),
         outcomes_table(heldout, gap),
         "",
         "Which commit added which held-out runs, and the code each ran (the fit's commit):",
         "",
-        commits_table(FOLDER / "heldout", heldout),
+        shared.commits_table(FOLDER / "heldout", heldout),
         "",
         "What the probability reads: the elapsed share of the budget, the accuracy (its level, gain and slope), the "
         "validation loss (its fall and slope) and the weight norm (its change and slope). **It holds no geometric "
@@ -214,7 +198,7 @@ def page(path: Path = REGISTRATION) -> str:
         "",
         LEGEND + " Directions of the scores without one a priori come from the calibration runs at the same share, "
         "only where the calibration AUROC's 95% interval excludes 0.5 (else \"no direction\", the raw AUROC). "
-        f"`{GAP}`: the train-validation loss gap. Each registered warning scores 1 once it has alerted.",
+        f"`{shared.GAP}`: the train-validation loss gap. Each registered warning scores 1 once it has alerted.",
         "",
     ]
     warning_rules = [inside, make_rule("study"), make_rule("probe-crossing"), make_rule("loss-onset")]
@@ -224,27 +208,28 @@ def page(path: Path = REGISTRATION) -> str:
     parts += [discrimination_table(found_auroc), ""]
     ours_name = f"forecast: {inside.name}"
     for share in SHARES:
-        better = beaten_by(found_auroc, share, ours_name)
-        parts.append(f"- At {share:.0%} of the budget the probability's pooled AUROC is "
-                     f"{pooled(found_auroc, share).get(ours_name)}; "
+        better = shared.beaten_by(found_auroc, share, ours_name)
+        parts.append(f"- At {share:.0%} of the budget the probability's shared.pooled AUROC is "
+                     f"{shared.pooled(found_auroc, share).get(ours_name)}; "
                      + ("tied or beaten by: " + "; ".join(better) + "." if better else "no baseline ties or beats it."))
     registered_way = discrimination(runs, fired=fired, forecasters=rules, shares=SHARES, calibration=cal_runs,
                                     directions="point")
     parts += ["", "The registration fixed each series' direction by the calibration AUROC's side of 0.5, whatever its "
               "interval; where that differs from the strict direction above, its column:", "",
-              registered_directions(found_auroc, registered_way), ""]
-    half = pooled(registered_way, 0.5).get(ours_name)
+              shared.registered_directions(found_auroc, registered_way), ""]
+    half = shared.pooled(registered_way, 0.5).get(ours_name)
     half_value = half.value if half else None
     scores = [warning_scores(rule, runs) for rule in warning_rules]
     parts += ["## Warnings (as registered)", "",
               "A warning counts only before grokking. The probability's warning: it first reaches 0.5.", "",
-              warning_table(scores), "", "## The probability's alert", "", before_evidence(inside, runs), "",
-              *alert_section("the probability", probability(inside), cal_runs, runs)]
+              warning_table(scores), "", "## The probability's alert", "",
+              shared.before_evidence(inside, runs), "",
+              *shared.alert_section("the probability", shared.probability(inside), cal_runs, runs)]
     statics = {name: (lambda run, view, predict=predict: None if (found := predict(run.summary)) is None
                       else (float(found), None, None)) for name, predict in static_predictors(fitted).items()}
     parts += ["## The forecast at shares of the budget", "",
-              *forecast_section({inside.name: rule_predictor(inside),
-                                 "acc-trend": rule_predictor(make_rule("acc-trend")), **statics}, runs), ""]
+              *shared.forecast_section({inside.name: shared.rule_predictor(inside),
+                                 "acc-trend": shared.rule_predictor(make_rule("acc-trend")), **statics}, runs), ""]
     rows = forecast_rows(runs, fitted, [inside, *rules[1:], make_rule("acc-trend")])
     parts += ["## When? The grokking step forecast at half the time to it (as registered)", "",
               "At half the time to grokking, \"twice the current step\" is exact by construction (but for the "
@@ -263,13 +248,13 @@ def page(path: Path = REGISTRATION) -> str:
               f"- The probability's AUROC at 50% of the budget >= "
               f"{targets['probability_auroc_at_half_budget_at_least']}: "
               f"{'-' if half_value is None else f'{half_value:.2f}'}, "
-              f"{_met(half_value, targets['probability_auroc_at_half_budget_at_least'])} "
+              f"{shared.met(half_value, targets['probability_auroc_at_half_budget_at_least'])} "
               f"(Wang et al. 2026 report about 0.93 offline).",
               f"- Its forecast's median error at half the time to grokking at most half the power law's: "
-              f"{_fmt(ours['median'])} against 0.5 x {_fmt(law['median'])}, "
-              f"{_met(ours['median'], 0.5 * law['median'] if law['median'] is not None else math.nan, above=False)}.",
+              f"{shared.fmt(ours['median'])} against 0.5 x {shared.fmt(law['median'])}, "
+              f"{shared.met(ours['median'], 0.5 * law['median'] if law['median'] is not None else math.nan, False)}.",
               f"- Its interval's coverage >= {targets['interval_coverage_at_least']}: {coverage}, "
-              f"{_met(coverage.value, targets['interval_coverage_at_least'])}.",
+              f"{shared.met(coverage.value, targets['interval_coverage_at_least'])}.",
               "", "## Cost", "", *cost_lines([*calibration, *heldout]), "<!-- end generated -->"]
     return "\n".join(parts)
 
@@ -287,9 +272,9 @@ def readme_line() -> str:
     rules = survival_rules(fitted)
     found = discrimination(scored(heldout), forecasters=rules[:1], shares=(0.5,),
                            calibration=scored(load("calibration")))
-    cells = pooled(found, 0.5)
+    cells = shared.pooled(found, 0.5)
     ours = f"forecast: {rules[0].name}"
-    better = beaten_by(found, 0.5, ours)
+    better = shared.beaten_by(found, 0.5, ours)
     made, registered = len(heldout), len(configs("heldout"))
     partial = "" if made >= registered else f" (partial: {made} of {registered} registered runs made so far)"
     return (f"**Who will grok.** On the field's benchmark, grokking of modular arithmetic, {made} registered "
@@ -297,8 +282,7 @@ def readme_line() -> str:
             f"no geometry), at half the budget, separates the runs that will grok from those that will not with "
             f"AUROC {cells.get(ours, '-')}; the accuracy alone: {cells.get('acc', '-')}, the validation loss: "
             f"{cells.get('val/loss', '-')}, the weight norm: {cells.get('weight_norm/global', '-')}. "
-            + (f"Tied or beaten by {len(better)} single series (" + "; ".join(better) + ")" if better
-               else "No single series ties or beats it")
+            + shared.beaten_sentence(better)
             + " ([docs/grokking.md](docs/grokking.md)).")
 
 

@@ -113,6 +113,13 @@ def beaten_by(found: Mapping[str, Any], share: float, ours: str) -> list[str]:
     return said
 
 
+def beaten_sentence(better: Sequence[str]) -> str:
+    """The README's words for :func:`beaten_by`'s list."""
+    if not better:
+        return "No single series ties or beats it"
+    return f"Tied or beaten by {len(better)} single series (" + "; ".join(better) + ")"
+
+
 def registered_directions(strict: Mapping[str, Any], registered: Mapping[str, Any]) -> str:
     """Where the registered way of fixing directions (calibration's side of 0.5) differs from the strict one
     (calibration's interval must exclude 0.5): the registered column, beside the strict table."""

@@ -23,24 +23,7 @@ from capgeo_callbacks.scoring.scores import Rate, error_text, first_warning, for
 from launch import ROOT
 from study.phases.who_learns import FITTED, FOLDER, REGISTRATION, jobs, load, registration
 from study.record import page_command
-from study.record.registered import (
-    GAP,
-    TIE,
-    alert_section,
-    beaten_by,
-    before_evidence,
-    commits_table,
-    forecast_section,
-    partial_note,
-    pooled,
-    probability,
-    registered_directions,
-    rule_predictor,
-    twice_now_at_half,
-    with_gap,
-)
-from study.record.registered import fmt as _fmt
-from study.record.registered import met as _met
+from study.record import registered as shared
 
 DOC = ROOT / "docs" / "who-learns.md"
 QUARTER = 0.25
@@ -48,7 +31,8 @@ BASELINES = ("acc", "val/loss", "weight_norm/global")
 
 
 def scored(summaries: Sequence[Mapping[str, Any]]) -> list[ScoredRun]:
-    runs = [scored_run({**summary, "series": with_gap(summary["series"])}, summary["name"]) for summary in summaries]
+    runs = [scored_run({**summary, "series": shared.with_gap(summary["series"])}, summary["name"])
+            for summary in summaries]
     return [run for run in runs if run is not None]
 
 
@@ -154,19 +138,19 @@ def page() -> str:
         f"Held-out runs: {len(heldout)}: {positives} acquired within their budget, {negatives} non-control runs did "
         f"not, {controls} shuffled-answer controls.",
         "",
-        *partial_note(len(heldout), len(jobs("heldout"))),
+        *shared.partial_note(len(heldout), len(jobs("heldout"))),
         outcomes_table(heldout),
         "",
         "Which commit added which held-out runs, and the code each ran (the fit's commit):",
         "",
-        commits_table(FOLDER / "heldout", heldout),
+        shared.commits_table(FOLDER / "heldout", heldout),
         "",
         "## AUROC",
         "",
         LEGEND + " Directions of the scores without one a priori come from the calibration runs at the same share, "
         "only where the calibration AUROC's 95% interval excludes 0.5 (else \"no direction\", the raw AUROC). "
-        f"`{GAP}`: the train-validation loss gap. The registered warning (`{found['warning']['name']}`) scores 1 once "
-        "it has alerted.",
+        f"`{shared.GAP}`: the train-validation loss gap. The registered warning (`{found['warning']['name']}`) "
+        "scores 1 once it has alerted.",
         "",
     ]
     fired = {found["warning"]["name"]: {run.name: first_warning(make_rule(found["warning"]["name"]), run.view)
@@ -176,16 +160,16 @@ def page() -> str:
     parts += [discrimination_table(found_auroc), ""]
     ours_name = "forecast: survival"
     for share in (0.1, QUARTER, 0.5):
-        better = beaten_by(found_auroc, share, ours_name)
-        mine = pooled(found_auroc, share).get(ours_name)
-        parts.append(f"- At {share:.0%} of the budget the probability's pooled AUROC is {mine}; "
+        better = shared.beaten_by(found_auroc, share, ours_name)
+        mine = shared.pooled(found_auroc, share).get(ours_name)
+        parts.append(f"- At {share:.0%} of the budget the probability's shared.pooled AUROC is {mine}; "
                      + ("tied or beaten by: " + "; ".join(better) + "." if better else "no baseline ties or beats it."))
     registered_way = discrimination(runs, fired=fired, forecasters=forecasters, calibration=cal_runs,
                                     directions="point")
     parts += ["", "Where the way the directions were fixed when registered (the calibration AUROC's side of 0.5, "
               "whatever its interval) gives another direction than the strict one above:", "",
-              registered_directions(found_auroc, registered_way), ""]
-    quarter = {name: cell.value for name, cell in pooled(registered_way, QUARTER).items()}
+              shared.registered_directions(found_auroc, registered_way), ""]
+    quarter = {name: cell.value for name, cell in shared.pooled(registered_way, QUARTER).items()}
     ours = quarter.get(ours_name)
     briers = brier_rows(runs, cal_runs, survival, tags=brier_tags(runs))
     parts += ["## Brier score at 25% of the budget", "",
@@ -194,12 +178,13 @@ def page() -> str:
               "logistic regression fitted on the calibration runs at the same share (the registered baselines "
               "first, then every other recorded series).", "",
               "| probability | Brier score | runs |", "| --- | --- | --- |"]
-    parts += [f"| {row['name']} | {_fmt(row['brier'], 3)} | {row['n']} |" for row in briers]
-    parts += ["", "## The probability's alert", "", before_evidence(survival, runs), "",
-              *alert_section("the probability", probability(survival), cal_runs, runs)]
+    parts += [f"| {row['name']} | {shared.fmt(row['brier'], 3)} | {row['n']} |" for row in briers]
+    parts += ["", "## The probability's alert", "", shared.before_evidence(survival, runs), "",
+              *shared.alert_section("the probability", shared.probability(survival), cal_runs, runs)]
     parts += ["## The forecast at shares of the budget", "",
-              *forecast_section({"survival": rule_predictor(survival), "clock": rule_predictor(clock),
-                                 "acc-trend": rule_predictor(make_rule("acc-trend"))}, runs), ""]
+              *shared.forecast_section({"survival": shared.rule_predictor(survival),
+                                        "clock": shared.rule_predictor(clock),
+                                        "acc-trend": shared.rule_predictor(make_rule("acc-trend"))}, runs), ""]
     forecasts = [forecast_scores(rule, runs, fractions=(0.5,)) for rule in (survival, clock, make_rule("acc-trend"))]
     parts += ["## When? The forecast at half the time to acquisition (as registered)", "",
               "At half the time to acquisition, \"twice the current step\" is exact by construction (but for the "
@@ -208,7 +193,7 @@ def page() -> str:
     for entry in forecasts:
         half = entry["fractions"]["0.5"]
         parts.append(f"| {entry['rule']} | {error_text(half)} (n={half['n']}) | {half['coverage']} |")
-    twice = twice_now_at_half(runs)
+    twice = shared.twice_now_at_half(runs)
     parts.append(f"| twice the current step | {error_text(twice)} (n={twice['n']}) | - |")
     ours_error = forecasts[0]["fractions"]["0.5"]["median_error"]
     clock_error = forecasts[1]["fractions"]["0.5"]["median_error"]
@@ -218,22 +203,23 @@ def page() -> str:
     parts += ["", "## Targets, as registered", "",
               "Judged as registered (directions as registered); a tie with a baseline is said beside the verdict.", "",
               f"- AUROC at 25% of the budget >= {targets['auroc_at_quarter_budget_at_least']}: "
-              f"{_fmt(ours)}, {_met(ours, targets['auroc_at_quarter_budget_at_least'])}."]
+              f"{shared.fmt(ours)}, {shared.met(ours, targets['auroc_at_quarter_budget_at_least'])}."]
     for tag in targets["auroc_above_every_single_series_at_quarter_budget"]:
         theirs = quarter.get(tag)
         both = ours is not None and theirs is not None
         verdict = "met" if both and ours > theirs else "missed" + (f" by {theirs - ours:.2f}" if both else "")
-        tie = " (a tie)" if both and abs(ours - theirs) < TIE else ""
-        parts.append(f"- AUROC above {tag}'s ({_fmt(theirs)}): {verdict}{tie}.")
+        tie = " (a tie)" if both and abs(ours - theirs) < shared.TIE else ""
+        parts.append(f"- AUROC above {tag}'s ({shared.fmt(theirs)}): {verdict}{tie}.")
     for row in briers[1:1 + len(BASELINES)]:
-        parts.append(f"- Brier score below {row['name']}'s ({_fmt(row['brier'], 3)}): {_fmt(ours_brier, 3)}, "
+        parts.append(f"- Brier score below {row['name']}'s ({shared.fmt(row['brier'], 3)}): "
+                     f"{shared.fmt(ours_brier, 3)}, "
                      + ("met" if ours_brier is not None and row["brier"] is not None and ours_brier < row["brier"]
                         else "missed") + ".")
     half_clock = 0.5 * clock_error if clock_error is not None else math.nan
-    parts += [f"- Forecast error at half the time at most half the clock's: {_fmt(ours_error)} against 0.5 x "
-              f"{_fmt(clock_error)}, {_met(ours_error, half_clock, False)}.",
+    parts += [f"- Forecast error at half the time at most half the clock's: {shared.fmt(ours_error)} against 0.5 x "
+              f"{shared.fmt(clock_error)}, {shared.met(ours_error, half_clock, False)}.",
               f"- Interval coverage >= {targets['interval_coverage_at_least']}: {coverage}, "
-              f"{_met(coverage.value, targets['interval_coverage_at_least'])}.",
+              f"{shared.met(coverage.value, targets['interval_coverage_at_least'])}.",
               "<!-- end generated -->"]
     return "\n".join(parts)
 
@@ -245,8 +231,8 @@ def readme_line() -> str:
     survival.name = "survival"
     found = discrimination(scored(heldout), forecasters=[survival, clock], shares=(QUARTER,),
                            calibration=scored(load("calibration")))
-    cells = pooled(found, QUARTER)
-    better = beaten_by(found, QUARTER, "forecast: survival")
+    cells = shared.pooled(found, QUARTER)
+    better = shared.beaten_by(found, QUARTER, "forecast: survival")
     made, registered = len(heldout), len(jobs("heldout"))
     partial = "" if made >= registered else f" (partial: {made} of {registered} registered runs made so far)"
     return (f"**Who will learn.** On {made} registered held-out runs of capgeo's own tasks{partial}, runs made to "
@@ -255,8 +241,7 @@ def readme_line() -> str:
             f"separates the runs that will acquire from those that will not with AUROC "
             f"{cells.get('forecast: survival', '-')}; the accuracy alone: {cells.get('acc', '-')}, the validation "
             f"loss: {cells.get('val/loss', '-')}, the weight norm: {cells.get('weight_norm/global', '-')}. "
-            + (f"Tied or beaten by {len(better)} single series (" + "; ".join(better) + ")" if better
-               else "No single series ties or beats it")
+            + shared.beaten_sentence(better)
             + " ([docs/who-learns.md](docs/who-learns.md)).")
 
 
