@@ -99,17 +99,19 @@ def pooled(found: Mapping[str, Any], share: float) -> dict[str, Any]:
 
 
 def beaten_by(found: Mapping[str, Any], share: float, ours: str) -> list[str]:
-    """The scores whose pooled AUROC at ``share`` ties or beats ``ours``'s, each with the difference."""
-    cells = pooled(found, share)
-    mine = cells.get(ours)
+    """The scores whose pooled AUROC at ``share`` ties or beats ``ours``'s, each with the difference; a score whose
+    direction was not fixed before scoring is marked so (its raw AUROC is no prediction)."""
+    mine = pooled(found, share).get(ours)
     if mine is None or mine.value is None:
         return []
     said = []
-    for name, cell in cells.items():
-        if name in (ours, BASELINE) or cell.value is None or cell.value < mine.value - TIE:
+    for row in found[f"{share:g}"]["rows"]:
+        cell = row["cells"]["pooled"]
+        if row["name"] in (ours, BASELINE) or cell.value is None or cell.value < mine.value - TIE:
             continue
-        said.append(f"{name} {cell.value:.2f} (" + ("a tie" if abs(cell.value - mine.value) < TIE else
-                                                     f"+{cell.value - mine.value:.2f}") + ")")
+        said.append(f"{row['name']} {cell.value:.2f} (" + ("a tie" if abs(cell.value - mine.value) < TIE else
+                                                            f"+{cell.value - mine.value:.2f}")
+                    + ("; raw, no direction fixed" if row["direction"] is None else "") + ")")
     return said
 
 
