@@ -26,13 +26,15 @@ sha256 = file_sha256  # what a run records of its registration
 
 
 def registered_before(registration: Path, commit: str | None) -> bool:
-    """Whether ``registration`` was committed in (an ancestor of) ``commit``, the code a run was made with."""
+    """Whether ``registration`` was committed in (an ancestor of) ``commit``, the code a run was made with. The
+    commit that first added the file is found across renames (``git log --follow``), so a registration moved to
+    another folder still binds the runs made before the move."""
     if not commit:
         return False
     root = registration.resolve().parent
     try:
-        first = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", registration.name], cwd=root,
-                               capture_output=True, text=True, check=True, timeout=30).stdout.split()
+        first = subprocess.run(["git", "log", "--follow", "--diff-filter=A", "--format=%H", "--", registration.name],
+                               cwd=root, capture_output=True, text=True, check=True, timeout=30).stdout.split()
         if not first:
             return False
         return subprocess.run(["git", "merge-base", "--is-ancestor", first[-1], commit], cwd=root,

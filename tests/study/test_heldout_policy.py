@@ -9,7 +9,7 @@ from pathlib import Path
 import train_cli
 from capgeo_callbacks.scoring import load_runs
 from study.registrations.forecast import REGISTRATION
-from study.registrations.policy import held_out_check, sha256
+from study.registrations.policy import held_out_check, registered_before, sha256
 from tests.scoring.test_scores import ACQUIRED, write_run
 from tests.study.helpers import repo_with_registration
 
@@ -28,6 +28,19 @@ def test_held_out_runs_need_a_matching_registration_committed_before_them(tmp_pa
     assert len(dropped) == 2 and any("does not contain the registration" in d for d in dropped)
     kept, dropped = held_out_check(load_runs(runs_dir), None)
     assert [run.name.split("/")[-2] for run in kept] == ["calibration"]
+
+
+def test_a_moved_registration_still_binds_the_runs_made_before_the_move(tmp_path: Path) -> None:
+    import subprocess
+
+    registration, before, after = repo_with_registration(tmp_path / "repo", "registration.json", "{}")
+    root = tmp_path / "repo"
+    (root / "study").mkdir()
+    subprocess.run(["git", "mv", "registration.json", "study/registration.json"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "move"], cwd=root, check=True)
+    moved = root / "study" / "registration.json"
+    assert registered_before(moved, after) and not registered_before(moved, before)
+    assert not registered_before(moved, None)
 
 
 def test_train_py_takes_the_study_s_registration_as_data() -> None:
