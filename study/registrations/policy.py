@@ -15,7 +15,7 @@ from pathlib import Path
 
 from capgeo_callbacks.rules.registration import file_sha256
 from capgeo_callbacks.scoring import ScoredRun
-from launch import ROOT
+from study.checkout import ROOT
 from study.phases.corpus import HELD_OUT_SEEDS
 
 __all__ = ["committed", "held_out_check", "registered_before", "sha256"]
