@@ -14,7 +14,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv"
 . "$work/venv/bin/activate"
-pip install -q torch==2.13.0 && pip install -q "$wheel[hf,sweep]"
+pip install -q torch==2.13.0
+pip install -q "$wheel[hf,sweep]"
 mkdir "$work/user"
 cp "$scripts/"*.py "$work/user/"
 cd "$work/user"

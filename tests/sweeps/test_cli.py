@@ -94,6 +94,7 @@ def test_a_dry_run_lists_the_grid_and_runs_nothing(tmp_path: Path, capsys: pytes
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_tiny_function_is_swept_on_a_local_ray_then_skipped(local_ray: None, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     command = ["sweep", "tests.sweeps.test_cli:tiny", "--grid", "x=1,2", "y=a", "--logdir", str(tmp_path / "grid"),
