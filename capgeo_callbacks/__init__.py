@@ -7,7 +7,8 @@ measure is described once in the measure registry (:mod:`~capgeo_callbacks.regis
 (:mod:`~capgeo_callbacks.run`) owns a run's record, rules, alerts and summary, fed by :class:`PrecursorDetector`, the
 Hugging Face callback or offline analysis, and keeps one read-only view of the run for whoever asks (the progress bar,
 the stopper, a tuner); rules, the stopping policy and detection work on plain series (:mod:`~capgeo_callbacks.rules`,
-:mod:`~capgeo_callbacks.detection`). Definitions: docs/design.md.
+:mod:`~capgeo_callbacks.detection`); a training function of one's own is swept over a grid on Ray Tune or submitit by
+:mod:`capgeo_callbacks.sweeps` (``capgeo sweep``, the ``sweep`` extra). Definitions: docs/design.md.
 """
 
 __version__ = "0.1.0"  # the package's version (pyproject.toml reads it here)

@@ -4,6 +4,7 @@
     capgeo offline CHECKPOINTS...                      # RankMe and detection over saved checkpoints
     capgeo dashboard RUN OUT                           # screenshots of a run's TensorBoard dashboard
     capgeo measures                                    # the registered measures
+    capgeo sweep my_module:train --grid lr=0.001,0.003 # your training function over a grid, on Ray Tune or submitit
 
 Each sub-command is the module it names, with its own ``--help``; ``python -m capgeo_callbacks.scoring`` and
 ``python -m capgeo_callbacks.offline`` run the same code.
@@ -29,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "Chromium)"),
     "measures": ("capgeo_callbacks.registry.__main__", "the registered measures: what each needs, costs and logs"),
     "story": ("capgeo_callbacks.offline.story", "draw a finished run's story figure from its summary"),
+    "sweep": ("capgeo_callbacks.sweeps.cli", "your training function fn(config) over a grid of its settings, on Ray "
+              "Tune or submitit, resumable (the sweep extra)"),
 }
 
 

@@ -1,7 +1,7 @@
 """A training function of one's own, swept by capgeo's launcher (docs/sweeps.md, "A training function of your
 own"): Ray Tune's function trainable, ``train(config)``, with capgeo's callbacks; nothing in it knows the launcher.
 
-    python sweep.py --function examples.sweep_function:train --grid lr=0.001,0.003 seed=0,1 --logdir runs/grid
+    capgeo sweep examples.sweep_function:train --grid lr=0.001,0.003 seed=0,1 --logdir runs/grid
 
 The model and data are examples/own_model.py's (a + b mod 23), trained full-batch so that a run resumed from its
 checkpoint sees the batches an unbroken run sees.

@@ -1,6 +1,6 @@
 """The study: capgeo's own experiments on its algorithmic tasks. It uses the library like any user would, runs from
 the checkout (``python -m study.<group>.<module>``), and nothing beneath it (the library, ``tasks``, ``models``,
-``train.py``, ``launch``) imports it. Grouped by role:
+``train.py``, ``sweep.py``) imports it. Grouped by role:
 
 - :mod:`study.phases`: the runs the study makes through the launcher (the corpus, calibration, the warm-up ablation,
   the held-out test, the new task families, batches for a GPU machine);

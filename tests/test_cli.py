@@ -19,7 +19,7 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    assert set(COMMANDS) == {"score", "offline", "dashboard", "measures", "story"}
+    assert set(COMMANDS) == {"score", "offline", "dashboard", "measures", "story", "sweep"}
     for name in COMMANDS:
         assert f"    {name}" in out
     with pytest.raises(SystemExit):

@@ -1,6 +1,7 @@
-"""One direction between the packages (spec §2): the library imports none of the checkout's other packages; the bench
-(``tasks``, ``models``, ``train.py``) sits on the library, the launcher on the bench, and the study on top of everything
-(nothing it does not own imports it); no import circle among the project's modules. Inside the library: ``publish`` is
+"""One direction between the packages (spec §2): the library imports none of the checkout's other packages (its
+launcher, ``capgeo_callbacks.sweeps``, runs the bench's train.py trials without knowing them); the bench (``tasks``,
+``models``, ``train.py``, ``sweep.py``) sits on the library, and the study on top of everything (nothing it does not
+own imports it); no import circle among the project's modules. Inside the library: ``publish`` is
 a leaf, only the run package reaches the tracker, and only the measuring unit calls the hidden-state measures and the
 label functions.
 
@@ -18,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # never installed, never imported
-CHECKOUT_ONLY = ("study", "tasks", "models", "train", "train_cli", "sweep", "launch", "benchmarks")
+CHECKOUT_ONLY = ("study", "tasks", "models", "train", "train_cli", "sweep", "benchmarks")
 ENGINES = ("ray", "optuna", "submitit")  # the sweep extra: the library imports them only in the functions using them
 
 
@@ -152,8 +153,8 @@ def test_one_module_names_the_rankme_prefix_and_the_adapters_stay_thin() -> None
     assert "write_summary(" not in (ROOT / "train.py").read_text()  # the session writes the summary, once
 
 
-# -- the seams: the bench beneath the launcher, the launcher beneath the study ----------------------------------------
-PROJECT = ("capgeo_callbacks", "tasks", "models", "launch", "study", "examples", "benchmarks")
+# -- the seams: the library's launcher beneath the bench, the bench beneath the study ---------------------------------
+PROJECT = ("capgeo_callbacks", "tasks", "models", "study", "examples", "benchmarks")
 SCRIPTS = ("train.py", "train_cli.py", "sweep.py")
 
 
@@ -167,16 +168,28 @@ def project_modules() -> dict[str, Path]:
     return named
 
 
-def test_train_py_and_the_launcher_import_nothing_of_the_study() -> None:
-    for path in [ROOT / "train.py", ROOT / "train_cli.py", *modules("launch")]:
+def test_train_py_and_its_sweep_import_nothing_of_the_study() -> None:
+    for path in [ROOT / script for script in SCRIPTS]:
         wrong = [(line, name) for line, name in imported(path) if top(name) == "study"]
         assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}: the study sits above the main command"
 
 
-def test_the_launcher_imports_train_py_only_to_run_it() -> None:
+def test_the_packaged_launcher_names_neither_the_bench_nor_the_study() -> None:
+    """The launcher ships in the wheel: it runs a user's function or a project's own trials, and says nothing of
+    capgeo's train.py, its sweep, the study or the study's rule on clean trees."""
+    sweeps = modules("capgeo_callbacks/sweeps")
+    assert {path.name for path in sweeps} >= {"__init__.py", "cli.py", "engines.py", "functions.py", "trials.py"}
+    for path in sweeps:
+        text = path.read_text()
+        named = [word for word in ("train.py", "train_cli", "sweep.py", "study", "require_clean_tree") if word in text]
+        assert not named, f"{path.relative_to(ROOT)} names {named}"
+    assert not (ROOT / "launch").exists(), "the launcher is capgeo_callbacks.sweeps; launch/ is gone"
+
+
+def test_the_bench_imports_train_py_only_to_run_it() -> None:
     """train.py's arguments are read by train_cli (its command line); train.py itself is imported only where a
-    train.py trial runs (``Trial.execute``)."""
-    for path in modules("launch"):
+    train.py trial runs (``sweep.Trial.execute``)."""
+    for path in [ROOT / "sweep.py"]:
         tree = ast.parse(path.read_text())
         owners = {id(method): cls.name for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
                   for method in cls.body}

@@ -1,6 +1,8 @@
-"""A clean install (spec §2): the wheel holds the library, ``capgeo_callbacks``, and nothing of the checkout's
-other packages (``tasks``, ``models``, ``study``), which run from the checkout only; with its licence, its version,
-its type hints (``py.typed``), the ``capgeo`` command, and as runtime dependencies what the library imports."""
+"""A clean install (spec §2): the wheel holds the library, ``capgeo_callbacks`` (its sweeps included), and nothing of
+the checkout's other packages (``tasks``, ``models``, ``study``) or scripts (``train.py``, ``sweep.py``), which run
+from the checkout only; with its licence, its version, its type hints (``py.typed``), the ``capgeo`` command, and as
+runtime dependencies what the library imports. CI builds the sdist and wheel, checks them and installs the wheel in a
+fresh environment (``.ci/run``, ``.ci/fresh_install.sh``)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import pytest
 import capgeo_callbacks
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKOUT_ONLY = ("tasks", "models", "study", "launch", "tests", "benchmarks", "train.py", "sweep.py")
+CHECKOUT_ONLY = ("tasks", "models", "study", "tests", "benchmarks", "examples", "train.py", "train_cli.py", "sweep.py")
 IMPORT_NAMES = {"scikit_learn": "sklearn", "pyyaml": "yaml"}  # distribution -> import name, where they differ
 SERVED = {"tensorboard"}  # not imported: Lightning's default logger writes for it and `capgeo dashboard` runs it
 NOT_FEATURES = ("dev", "docs")  # extras that add no feature of the library
@@ -29,9 +31,9 @@ def test_the_wheel_installs_the_library_only(tmp_path: Path) -> None:
     # built from a copy: a build in the checkout would leave build/ and egg-info behind
     source = tmp_path / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE", "train.py", "sweep.py"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "train.py", "train_cli.py", "sweep.py"):
         shutil.copy(ROOT / name, source / name)
-    for name in ("capgeo_callbacks", "tasks", "models", "study", "launch", "benchmarks"):
+    for name in ("capgeo_callbacks", "tasks", "models", "study", "examples", "benchmarks"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                            "-q", "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True,
@@ -42,6 +44,8 @@ def test_the_wheel_installs_the_library_only(tmp_path: Path) -> None:
     top = {name.split("/")[0] for name in names}
     assert "capgeo_callbacks/__init__.py" in names and "capgeo_callbacks/run/reading.py" in names
     assert "capgeo_callbacks/offline/__main__.py" in names  # subpackages too
+    assert {f"capgeo_callbacks/sweeps/{name}.py" for name in ("__init__", "cli", "engines", "functions", "trials")} \
+        <= set(names)  # the launcher, behind the sweep extra
     assert not top & set(CHECKOUT_ONLY), sorted(top)
     info = next(t for t in top if t.endswith(".dist-info"))
     assert top - {"capgeo_callbacks"} == {info}
@@ -53,6 +57,13 @@ def test_the_wheel_installs_the_library_only(tmp_path: Path) -> None:
     assert f"{info}/licenses/LICENSE" in names
     assert "Apache License" in wheel_zip.read(f"{info}/licenses/LICENSE").decode()
     assert "capgeo = capgeo_callbacks.cli:main" in wheel_zip.read(f"{info}/entry_points.txt").decode()
+    # the package's files that are not Python all reach the wheel (py.typed is the only one today)
+    data = {path.relative_to(ROOT).as_posix() for path in (ROOT / "capgeo_callbacks").rglob("*")
+            if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts}
+    assert data <= set(names), sorted(data - set(names))
+    extras = metadata.get_all("Provides-Extra")
+    assert "sweep" in extras and any(dep.startswith("ray[tune]") and 'extra == "sweep"' in dep
+                                     for dep in metadata.get_all("Requires-Dist"))
 
 
 def _pyproject() -> dict:
@@ -100,3 +111,16 @@ def test_the_license_and_version_are_declared() -> None:
     assert re.fullmatch(r"\d+\.\d+\.\d+", capgeo_callbacks.__version__)
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert "## [Unreleased]" in changelog and f"## [{capgeo_callbacks.__version__}]" in changelog
+
+
+def test_ci_builds_checks_and_installs_the_wheel() -> None:
+    """The sdist and wheel are built and checked, and the fresh-install step installs the built wheel (not the clone)
+    and sweeps a user's function with ``capgeo sweep`` on a local Ray."""
+    run = (ROOT / ".ci" / "run").read_text()
+    assert "python -m build" in run and "twine check" in run and ".ci/fresh_install.sh dist/" in run
+    fresh = (ROOT / ".ci" / "fresh_install.sh").read_text()
+    assert re.search(r'"\$wheel\[[\w,]*sweep[\w,]*\]"', fresh)  # the wheel with the sweep extra
+    assert "capgeo sweep --help" in fresh and "capgeo sweep user_sweep:train" in fresh
+    assert "git clone" not in fresh and '"$work/capgeo' not in fresh  # nothing installed from the checkout
+    dev = _pyproject()["project"]["optional-dependencies"]["dev"]
+    assert {_names([dep]).pop() for dep in dev} >= {"build", "twine"}

@@ -1,5 +1,5 @@
-"""The study's phases: the runs it makes through the launcher (``launch``), each resumable, each exported to
-``corpus/``."""
+"""The study's phases: the runs it makes through the package's launcher (``capgeo_callbacks.sweeps``), each
+resumable, each exported to ``corpus/``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from launch import ROOT
+from study.checkout import ROOT
 
 
 def registered_phase_command(module: str, doc: str | None, phases: Sequence[str], fitted: Path,

@@ -14,8 +14,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from launch import ROOT
-from launch import Trial as Job
+from study.checkout import ROOT
+from sweep import Trial as Job
 
 CORPUS = ROOT / "corpus" / "ablation"
 DOC = ROOT / "docs" / "ablation.md"
@@ -54,7 +54,7 @@ def ablation_jobs() -> list[Job]:
 
 def export(runs: Path = LOGDIR) -> int:
     """Each finished ablation run's summary, gzipped, to ``corpus/ablation/<schedule>/<run>.json.gz``."""
-    from launch import summary_of
+    from capgeo_callbacks.sweeps import summary_of
     from study.phases.corpus import write_packed
 
     count = 0
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import os
 
-    from launch import add_launch_arguments, launch_with
+    from capgeo_callbacks.sweeps import add_launch_arguments, launch_with
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)

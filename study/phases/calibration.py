@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from capgeo_callbacks.run.summary import read_summary
-from launch import ROOT, add_launch_arguments, launch_with, summary_of
-from launch import Trial as Job
+from capgeo_callbacks.sweeps import add_launch_arguments, launch_with, summary_of
+from study.checkout import ROOT
+from sweep import Trial as Job
 
 LOGDIR = ROOT / "runs" / "calibration"
 COMMITTED = ROOT / "corpus" / "calibration"

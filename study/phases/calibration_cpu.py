@@ -31,7 +31,7 @@ from typing import Any
 
 from capgeo_callbacks.detection import DetectionSettings, label_run
 from capgeo_callbacks.scoring import Rate, ScoredRun, load_runs
-from launch import ROOT
+from study.checkout import ROOT
 from study.phases.corpus import CORPUS, phase_jobs
 
 PHASE = "calibration-cpu"

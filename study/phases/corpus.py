@@ -35,8 +35,9 @@ from typing import Any
 
 import tasks
 from capgeo_callbacks.run.summary import json_safe, read_summary
-from launch import ROOT, add_launch_arguments, launch_with, require_clean_tree, summary_of
-from launch import Trial as Job
+from capgeo_callbacks.sweeps import add_launch_arguments, launch_with, summary_of
+from study.checkout import ROOT, require_clean_tree
+from sweep import Trial as Job
 from tasks.budgets import budget
 
 RUNS = ROOT / "runs" / "corpus"

@@ -23,9 +23,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launch import ENGINES, ROOT, Outcome, TrialFailed, launch, run_trial, summary_of
-from launch import Trial as Job
+from capgeo_callbacks.sweeps import ENGINES, Outcome, TrialFailed, launch, run_trial, summary_of
+from study.checkout import ROOT
 from study.phases import ablation, calibration, corpus
+from sweep import Trial as Job
 
 PLANS = {
     "calibration": lambda: calibration.variant_jobs(),

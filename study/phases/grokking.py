@@ -27,8 +27,8 @@ import numpy as np
 from capgeo_callbacks.keys import ACC
 from capgeo_callbacks.rules import RunView, SurvivalForecaster
 from capgeo_callbacks.run.summary import read_summary
-from launch import ROOT, launch, require_clean_tree
-from launch.functions import FunctionTrial
+from capgeo_callbacks.sweeps import FunctionTrial, launch
+from study.checkout import ROOT, require_clean_tree
 from study.phases import registered_phase_command
 from study.phases.corpus import CORPUS, write_packed
 from study.registrations.policy import committed, load_registered, sha256

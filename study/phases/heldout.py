@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from capgeo_callbacks.rules import rule_from_record
-from launch import ROOT, add_launch_arguments, launch_with, require_clean_tree, summary_of
-from launch import Trial as Job
+from capgeo_callbacks.sweeps import add_launch_arguments, launch_with, summary_of
+from study.checkout import ROOT, require_clean_tree
 from study.phases.corpus import CORPUS, HELD_OUT_SEEDS, write_packed
 from study.registrations.forecast import REGISTRATION
 from study.registrations.policy import committed, held_out_check, sha256
+from sweep import Trial as Job
 
 RUNS = ROOT / "runs" / "heldout"
 

@@ -32,7 +32,8 @@ from capgeo_callbacks.rules import make_rule, rule_output
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs, warning_scores
 from capgeo_callbacks.scoring.scores import Rate, error_text, scored_run, warning_table
-from launch import ROOT, FunctionTrial, Outcome, add_launch_arguments, launch_with, require_clean_tree
+from capgeo_callbacks.sweeps import FunctionTrial, Outcome, add_launch_arguments, launch_with
+from study.checkout import ROOT, require_clean_tree
 from study.phases.corpus import CORPUS, made_on, unrecorded, write_packed
 from study.registrations.policy import committed, registered_before, sha256
 
@@ -64,8 +65,8 @@ def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER,
             launch_args: argparse.Namespace | None = None) -> list[Path]:
     """Run (or resume) every registered run not yet in ``folder``, each a trial of the launcher on the example's own
     training function (:data:`TRAIN`, named, not imported: the study runs it as a user would; ``launch_args``:
-    :func:`launch.add_launch_arguments`'; default one at a time on a local Ray); export each as it finishes. A run
-    whose recorded settings are not the registered ones is refused."""
+    :func:`capgeo_callbacks.sweeps.add_launch_arguments`'; default one at a time on a local Ray); export each as it
+    finishes. A run whose recorded settings are not the registered ones is refused."""
     commit = require_clean_tree("the registered test on new task families")
     if not committed(path):
         raise SystemExit(f"{path.relative_to(ROOT)} is not committed as it is: commit the registration first")

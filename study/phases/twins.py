@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from capgeo_callbacks.run.summary import read_summary
-from launch import ROOT, Trial, launch, require_clean_tree, summary_of
-from launch.functions import FunctionTrial
+from capgeo_callbacks.sweeps import FunctionTrial, launch, summary_of
+from study.checkout import ROOT, require_clean_tree
 from study.phases.corpus import CORPUS, write_packed
+from sweep import Trial
 
 FOLDER = CORPUS / "twins"
 RUNS = ROOT / "runs" / "twins"

@@ -24,10 +24,12 @@ from typing import Any
 
 from capgeo_callbacks.rules import ClockForecaster, RunView, SurvivalForecaster
 from capgeo_callbacks.run.summary import read_summary
-from launch import ROOT, Trial, launch, require_clean_tree, summary_of
+from capgeo_callbacks.sweeps import launch, summary_of
+from study.checkout import ROOT, require_clean_tree
 from study.phases import registered_phase_command
 from study.phases.corpus import CORPUS, write_packed
 from study.registrations.policy import committed, load_registered
+from sweep import Trial
 
 REGISTRATION = ROOT / "study" / "who_learns_registration.json"
 FITTED = ROOT / "study" / "who_learns_fitted.json"

@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from launch import ROOT
+from study.checkout import ROOT
 from tasks.budgets import budget
 from tasks.params import DIFFICULTIES, TASKS, resolve_params
 from tasks.space import format_count, question_space

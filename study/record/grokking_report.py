@@ -30,7 +30,7 @@ from capgeo_callbacks.scoring.scores import (
     warning_scores,
     warning_table,
 )
-from launch import ROOT
+from study.checkout import ROOT
 from study.phases.grokking import (
     FITTED,
     FOLDER,

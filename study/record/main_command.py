@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from capgeo_callbacks.run.summary import read_summary
-from launch import ROOT
+from study.checkout import ROOT
 
 SUMMARY = ROOT / "docs" / "main-command" / "capgeo_summary.json.gz"
 FRESH = ROOT / "corpus" / "fresh"

@@ -26,7 +26,7 @@ from capgeo_callbacks.scoring.operating import (
     twice_now,
 )
 from capgeo_callbacks.scoring.scores import bootstrap_median, error_text, warning_scores, warning_table
-from launch import ROOT
+from study.checkout import ROOT
 
 GAP = "val/loss - train/loss"  # the train-validation loss gap, derived from the two recorded losses
 TIE = 0.005  # AUROCs closer than this (both printed to two places) are a tie

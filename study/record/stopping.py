@@ -32,7 +32,7 @@ import numpy as np
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS
 from capgeo_callbacks.rules.stopping import StoppingPolicy
 from capgeo_callbacks.scoring import Rate, ScoredRun, load_runs
-from launch import ROOT
+from study.checkout import ROOT
 
 SETTINGS = ROOT / "study" / "stopping_settings.json"
 SETS = {"heldout": ("heldout",), "calibration-seeds": ("hard", "levels", "controls")}

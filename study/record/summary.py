@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from launch import ROOT
+from study.checkout import ROOT
 
 DOC = ROOT / "docs" / "study.md"
 CLAIM_FOLDERS = ("corpus/hard", "corpus/measures", "corpus/levels", "corpus/s", "corpus/controls", "corpus/heldout")

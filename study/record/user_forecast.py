@@ -28,7 +28,7 @@ from capgeo_callbacks.rules.trend import TrendForecaster
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs
 from capgeo_callbacks.scoring.scores import Rate, error_text, scored_run
-from launch import ROOT
+from study.checkout import ROOT
 from study.phases.corpus import CORPUS, made_on, unrecorded, write_packed
 
 GALLERY = CORPUS / "gallery"

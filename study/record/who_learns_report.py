@@ -20,7 +20,7 @@ from capgeo_callbacks.rules import ClockForecaster, SurvivalForecaster, make_rul
 from capgeo_callbacks.scoring import ScoredRun
 from capgeo_callbacks.scoring.discrimination import LEGEND, discrimination, discrimination_table, population
 from capgeo_callbacks.scoring.scores import Rate, error_text, first_warning, forecast_scores, scored_run
-from launch import ROOT
+from study.checkout import ROOT
 from study.phases.who_learns import FITTED, FOLDER, REGISTRATION, jobs, load, registration
 from study.record import page_command
 from study.record import registered as shared

@@ -43,7 +43,7 @@ from capgeo_callbacks.scoring import (
     warning_scores,
     warning_table,
 )
-from launch import ROOT
+from study.checkout import ROOT
 from study.phases.corpus import CORPUS
 
 REGISTRATION = ROOT / "study" / "registration.json"

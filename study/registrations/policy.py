@@ -17,7 +17,7 @@ from typing import Any
 from capgeo_callbacks.rules.registration import file_sha256
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun
-from launch import ROOT
+from study.checkout import ROOT
 from study.phases.corpus import HELD_OUT_SEEDS
 
 __all__ = ["committed", "held_out_check", "load_registered", "registered_before", "sha256"]

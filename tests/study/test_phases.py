@@ -1,5 +1,5 @@
 """The study's phases: the held-out gate, the corpus' refusal of held-out seeds, the report on nothing measured.
-(The launcher that runs them is tested in tests/launch.)"""
+(The launcher that runs them is tested in tests/sweeps.)"""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_registered_runs_refuse_a_tree_with_uncommitted_changes(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
 
-    from launch import require_clean_tree
+    from study.checkout import require_clean_tree
 
     git = lambda *args: subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
     git("init", "-q")

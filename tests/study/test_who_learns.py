@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from launch.trials import train_args
 from study.phases.who_learns import jobs, registration
+from sweep import train_args
 
 
 def test_registered_runs_are_train_py_runs_on_seeds_apart() -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from launch.engines import start_ray
+from capgeo_callbacks.sweeps.engines import start_ray
 
 
 @pytest.fixture(scope="package")

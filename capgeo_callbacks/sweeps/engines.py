@@ -1,6 +1,7 @@
 """The engines that run trials: Ray Tune (a local Ray, or a cluster's with ``address``) and submitit (Slurm, or its
-local executor where Ray is absent). Both call the same trial function, :func:`~launch.trials.run_trial`, on either
-kind of trial (a train.py run, a user's training function).
+local executor where Ray is absent). Both call the same trial function,
+:func:`~capgeo_callbacks.sweeps.trials.run_trial`, on either kind of trial (a command, a user's training function).
+Ray and submitit are the ``sweep`` extra, imported only here, when an engine starts.
 
 Each engine returns one :class:`Outcome` per trial given: finished trials are skipped before any engine starts;
 a trial that fails is reported with its message and the others go on.
@@ -18,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launch.functions import FunctionTrial, import_root
-from launch.trials import ROOT, TrialFailed, TrialLike, run_trial, source_provenance, summary_of
+from capgeo_callbacks.sweeps.trials import TrialFailed, TrialLike, run_trial, source_provenance, summary_of
 
-CallbackFactory = Callable[[TrialLike], Sequence[Any]]  # a train.py trial's extra Lightning callbacks, built in it
+CallbackFactory = Callable[[TrialLike], Sequence[Any]]  # a command trial's extra Lightning callbacks, built in it
 
 
 @dataclass(frozen=True)
@@ -48,20 +48,30 @@ def no_callbacks(trial: TrialLike) -> Sequence[Any]:
     return ()
 
 
+def capability_stopper(trial: TrialLike) -> Sequence[Any]:
+    """A :class:`~capgeo_callbacks.callbacks.capability_stopper.CapabilityStopper` with its defaults for each command
+    trial (``launch(..., callbacks=capability_stopper)``), built where the trial runs; a run it stops is finished."""
+    from capgeo_callbacks.callbacks.capability_stopper import CapabilityStopper
+
+    return [CapabilityStopper()]
+
+
 def _pythonpath(trials: Sequence[TrialLike] = ()) -> str:
-    """PYTHONPATH with this checkout first (trials import train, tasks and models from it), then the folders the
-    trials' training functions are imported from."""
+    """PYTHONPATH with the current folder first (a training function's module, as ``python -m`` finds it there), then
+    the folders the trials' code is imported from, then what it was."""
     given = filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))
-    roots = [import_root(trial.function) for trial in trials if isinstance(trial, FunctionTrial)]
-    return os.pathsep.join(dict.fromkeys([str(ROOT), *(str(root) for root in roots if root), *given]))
+    roots = [str(root) for trial in trials for root in trial.import_roots]
+    return os.pathsep.join(dict.fromkeys([os.getcwd(), *roots, *given]))
 
 
 # ------------------------------------------------------------------------------------------------ Ray Tune
 
 
-def start_ray(address: str | None = None, cpus: int | None = None, trials: Sequence[TrialLike] = ()) -> None:
+def start_ray(address: str | None = None, cpus: int | None = None, trials: Sequence[TrialLike] = (),
+              env: Mapping[str, str] | None = None) -> None:
     """Join the Ray cluster at ``address``, or start a local Ray (with ``cpus`` cores, default all) when None; its
-    workers find this checkout and ``trials``' training functions on their ``PYTHONPATH``.
+    workers find the current folder and ``trials``' code on their ``PYTHONPATH``, and get ``env`` (default: the
+    current folder's :func:`~capgeo_callbacks.sweeps.trials.source_provenance`).
 
     Raises:
         SystemExit: when Ray is not installed, or no cluster answers at ``address``.
@@ -77,8 +87,8 @@ def start_ray(address: str | None = None, cpus: int | None = None, trials: Seque
         return
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0, Tune prints nothing: the launcher's lines say it
     os.environ.setdefault("RAY_worker_niceness", "0")  # a local Ray's trials run at the launcher's own niceness
-    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # Ctrl-C ends the launch (and a study's next phases)
-    env = {"PYTHONPATH": _pythonpath(trials), **source_provenance()}
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # Ctrl-C ends the launch (and whatever was to follow it)
+    env = {"PYTHONPATH": _pythonpath(trials), **(source_provenance() if env is None else env)}
     options: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False, "include_dashboard": False,
                                "configure_logging": False}
     try:
@@ -106,35 +116,36 @@ def check_reachable(address: str, seconds: float = 5.0) -> None:
 def run_ray(trials: Sequence[TrialLike], jobs: int | None = None, address: str | None = None,
             callbacks: CallbackFactory = no_callbacks, report: bool = True, storage: Path | None = None,
             name: str = "capgeo", cpus: int | None = None, on_outcome: Callable[[Outcome], Any] | None = None,
-            deadline: float | None = None) -> list[Outcome]:
+            deadline: float | None = None, env: Mapping[str, str] | None = None) -> list[Outcome]:
     """Run ``trials`` as one Ray Tune experiment: a grid over the trials, each with its CPUs and share of a GPU.
 
     Args:
         trials: unfinished trials (the launcher skips finished ones first).
         jobs: trials at once (None: as many as the resources allow).
         address: a Ray cluster to join (``ray start --head`` prints it); None starts a local Ray.
-        callbacks: builds each train.py trial's extra Lightning callbacks where it runs.
-        report: report each evaluation of a train.py trial (``val/acc``, RankMe, forecasts) to Tune (a training
+        callbacks: builds each command trial's extra Lightning callbacks where it runs.
+        report: report each evaluation of a command trial (``val/acc``, RankMe, forecasts) to Tune (a training
             function reports what it likes itself, ``ray.tune.report``); every trial's end is reported.
         storage: Tune's own experiment folder (its ``result.json`` per trial); default ``~/ray_results``.
         name: the Tune experiment's name.
         cpus: cores of a local Ray (None: all).
         on_outcome: called with each trial's outcome as it ends.
         deadline: ``time.time()`` after which running trials are stopped (their folders resume later).
+        env: environment for every trial (default: the current folder's commit, ``source_provenance()``).
 
     Returns:
         One outcome per trial, in the order given.
     """
-    start_ray(address, cpus, trials)
+    env = source_provenance() if env is None else dict(env)
+    start_ray(address, cpus, trials, env)
     from ray import tune
 
-    env = source_provenance()
     ordered = list(trials)
 
     def trainable(config: dict[str, Any]) -> None:
         trial = ordered[config["index"]]
         extra = list(callbacks(trial))
-        if report and trial.kind == "train.py":
+        if report and trial.kind == "command":
             from capgeo_callbacks.integrations.tuning import TuneReportCallback
 
             extra.append(TuneReportCallback())
@@ -214,8 +225,8 @@ def run_chunk(trials: Sequence[TrialLike], callbacks: CallbackFactory = no_callb
 
 def run_submitit(trials: Sequence[TrialLike], jobs: int = 1, folder: Path | None = None, cluster: str | None = None,
                  callbacks: CallbackFactory = no_callbacks, seconds: float | None = None,
-                 slurm: Mapping[str, Any] | None = None, on_outcome: Callable[[Outcome], Any] | None = None
-                 ) -> list[Outcome]:
+                 slurm: Mapping[str, Any] | None = None, on_outcome: Callable[[Outcome], Any] | None = None,
+                 env: Mapping[str, str] | None = None) -> list[Outcome]:
     """Run ``trials`` as ``jobs`` submitit jobs (trial i in job i mod jobs), on Slurm or, with ``cluster="local"``
     (or where there is no Slurm), as local processes.
 
@@ -224,10 +235,11 @@ def run_submitit(trials: Sequence[TrialLike], jobs: int = 1, folder: Path | None
         jobs: jobs at once (each runs its share of the trials in turn).
         folder: submitit's own folder (its logs and pickles); default ``<first trial's logdir>/.submitit``.
         cluster: ``slurm``, ``local`` or None (submitit decides: Slurm where ``sbatch`` exists).
-        callbacks: builds each train.py trial's extra Lightning callbacks where it runs.
+        callbacks: builds each command trial's extra Lightning callbacks where it runs.
         seconds: each job's time limit (a trial cut by it resumes at the next launch).
         slurm: more executor parameters (e.g. ``{"slurm_partition": "gpu"}``).
         on_outcome: called with each trial's outcome once its job ends.
+        env: environment for every trial (default: the current folder's commit, ``source_provenance()``).
     """
     try:
         import submitit
@@ -245,7 +257,7 @@ def run_submitit(trials: Sequence[TrialLike], jobs: int = 1, folder: Path | None
     executor.update_parameters(name="capgeo", cpus_per_task=cpus, gpus_per_node=gpus, timeout_min=minutes,
                                **dict(slurm or {}))
     chunks = [ordered[i::jobs] for i in range(min(jobs, len(ordered)))]
-    env = source_provenance()
+    env = source_provenance() if env is None else dict(env)
     started = time.time()
     submitted = [executor.submit(run_chunk, chunk, callbacks, env) for chunk in chunks]
     outcomes: dict[str, Outcome] = {}

@@ -1,7 +1,7 @@
-"""The launcher on a user's training function (launch.functions; examples/sweep_function.py, docs/sweeps.md): what a
-function trial's folder says (finished, resumable, fresh), bad input named before anything runs, and on the real
-engines a 2 x 2 grid run and then skipped, a killed trial resumed at its checkpoint with the series of an unbroken
-run, and the grid on submitit's local executor."""
+"""The launcher on a user's training function (capgeo_callbacks.sweeps.functions; examples/sweep_function.py,
+docs/sweeps.md): what a function trial's folder says (finished, resumable, fresh), bad input named before anything
+runs, and on the real engines a 2 x 2 grid run and then skipped, a killed trial resumed at its checkpoint with the
+series of an unbroken run, and the grid on submitit's local executor."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from capgeo_callbacks.run.schedule import evaluation_steps
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
+from capgeo_callbacks.sweeps import LOG_NAME, TRIAL_RECORD, FunctionTrial, function_trials, launch, run_state
+from capgeo_callbacks.sweeps.trials import read_trial_record, summary_of
 from examples.sweep_function import train
-from launch import LOG_NAME, TRIAL_RECORD, FunctionTrial, function_trials, launch, run_state
-from launch.trials import read_trial_record, summary_of
 
 STEPS = 40
 GRID = {"lr": [0.002, 0.004], "seed": [0, 1], "max_steps": [STEPS]}
@@ -126,7 +126,7 @@ def test_the_docs_show_the_example_function_as_it_is() -> None:
     docs = (root / "docs" / "sweeps.md").read_text()
     [block] = [b for b in re.findall(r"```python\n(.*?)```", docs, flags=re.DOTALL) if "def train(config" in b]
     source = (root / "examples" / "sweep_function.py").read_text()
-    assert source.endswith(block) and "import launch" not in block and "from launch" not in block
+    assert source.endswith(block) and "capgeo_callbacks.sweeps" not in block
 
 
 def check_ran(trial: FunctionTrial, resumes: int = 0) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""The launcher on its real engines, with tiny train.py runs: a local Ray (2 CPUs, one for the folder: conftest) runs
-a 2 x 2 grid and skips it on a second call; a trial killed mid-run resumes from its checkpoint while a crashing one
-is reported and the others go on; submitit's local executor runs a grid; bad input is a clear message."""
+"""The launcher on its real engines, with tiny train.py runs (the bench's command trials, sweep.Trial): a local Ray
+(2 CPUs, one for the folder: conftest) runs a 2 x 2 grid and skips it on a second call; a trial killed mid-run
+resumes from its checkpoint while a crashing one is reported and the others go on; submitit's local executor runs a
+grid; bad input is a clear message."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from lightning.pytorch.callbacks import Callback
 
 from capgeo_callbacks.run.schedule import evaluation_steps
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
-from launch import LOG_NAME, Trial, launch, run_state
-from launch.engines import start_ray
+from capgeo_callbacks.sweeps import LOG_NAME, launch, run_state
+from capgeo_callbacks.sweeps.engines import start_ray
+from sweep import Trial
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +113,7 @@ def test_bad_input_is_named_before_anything_runs(tmp_path: Path) -> None:
 
 def test_a_run_the_capability_stopper_ended_is_finished(tmp_path: Path) -> None:
     from capgeo_callbacks.callbacks.capability_stopper import CapabilityStopper
-    from launch import run_trial
+    from capgeo_callbacks.sweeps import run_trial
 
     shuffled = Trial("shuffled", ("--task", "copy", "--difficulty", "easy", "--max-steps", "200", "--eval-points",
                                   "40", "--measures", "none", "--shuffle-answers"), tmp_path)

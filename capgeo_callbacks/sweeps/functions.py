@@ -1,6 +1,6 @@
 """A trial that calls a user's training function: Ray Tune's function trainable, ``fn(config) -> None``.
 
-    from launch import function_trials, launch
+    from capgeo_callbacks.sweeps import function_trials, launch
     launch(function_trials("mypackage.train:train", {"lr": [1e-3, 3e-3], "seed": [0, 1]}, "runs/grid"))
 
 The function knows nothing of the launcher. It is called with the grid point's settings and two reserved keys:
@@ -13,8 +13,8 @@ The function knows nothing of the launcher. It is called with the grid point's s
   None: pass it to ``trainer.fit(..., ckpt_path=config["resume_from"])``.
 
 The launcher keeps its record of the trial in ``<trial_dir>/capgeo_trial.json`` (the function and settings, the
-threads, the commit, one entry per start); once the function has returned, the trial is finished
-(:func:`launch.trials.run_state`, the one definition).
+threads, the commit of the code it was launched from, one entry per start); once the function has returned, the trial
+is finished (:func:`capgeo_callbacks.sweeps.trials.run_state`, the one definition).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from launch.trials import (
+from capgeo_callbacks.sweeps.trials import (
     LAST_CHECKPOINT,
+    PROVENANCE,
     TRIAL_RECORD,
     Kind,
     State,
@@ -150,6 +151,11 @@ class FunctionTrial(TrialFolder):
         check_reserved(self.settings, f"trial {self.name}: setting")
         check_resources(self.name, self.cpus, self.gpus)
 
+    @property
+    def import_roots(self) -> tuple[Path, ...]:
+        root = import_root(self.function)
+        return () if root is None else (root,)
+
     def check(self) -> None:
         resolve_function(self.function)
 
@@ -169,12 +175,12 @@ class FunctionTrial(TrialFolder):
         import torch
 
         if callbacks:
-            raise ValueError("extra Lightning callbacks go to train.py trials; a training function builds its own "
+            raise ValueError("extra Lightning callbacks go to command trials; a training function builds its own "
                              "Trainer: add them there")
         function = resolve_function(self.function)
         config = self.config(resume)
         record = read_trial_record(self.root) or {"parts": []}
-        provenance = {key: os.environ[key] for key in ("CAPGEO_COMMIT", "CAPGEO_TREE_CLEAN") if key in os.environ}
+        provenance = {key: os.environ[key] for key in PROVENANCE if key in os.environ}
         provenance = provenance or source_provenance()
         record.update(function=function_name(self.function), settings=self.settings,
                       threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
