@@ -209,7 +209,7 @@ def page(path: Path = REGISTRATION) -> str:
     ours_name = f"forecast: {inside.name}"
     for share in SHARES:
         better = shared.beaten_by(found_auroc, share, ours_name)
-        parts.append(f"- At {share:.0%} of the budget the probability's shared.pooled AUROC is "
+        parts.append(f"- At {share:.0%} of the budget the probability's pooled AUROC is "
                      f"{shared.pooled(found_auroc, share).get(ours_name)}; "
                      + ("tied or beaten by: " + "; ".join(better) + "." if better else "no baseline ties or beats it."))
     registered_way = discrimination(runs, fired=fired, forecasters=rules, shares=SHARES, calibration=cal_runs,

@@ -162,7 +162,7 @@ def page() -> str:
     for share in (0.1, QUARTER, 0.5):
         better = shared.beaten_by(found_auroc, share, ours_name)
         mine = shared.pooled(found_auroc, share).get(ours_name)
-        parts.append(f"- At {share:.0%} of the budget the probability's shared.pooled AUROC is {mine}; "
+        parts.append(f"- At {share:.0%} of the budget the probability's pooled AUROC is {mine}; "
                      + ("tied or beaten by: " + "; ".join(better) + "." if better else "no baseline ties or beats it."))
     registered_way = discrimination(runs, fired=fired, forecasters=forecasters, calibration=cal_runs,
                                     directions="point")
