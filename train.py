@@ -91,15 +91,17 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
     """The capgeo callbacks for the chosen measures, in the registry's order, each built from
     :data:`MEASURE_OPTIONS` (its registry defaults for a measure not there), with the precursor detector
     always. Each of ``extra_selectors`` adds a RankMe monitor with that token selector under the tag prefix
-    ``rankme_<selector>`` (detection reads the default ``rankme/``). The detector keeps the overhead budget
-    ``run_info["overhead_budget"]`` (none when it is not there): a run fixes it and records it."""
+    ``rankme_<selector>`` (detection reads the default ``rankme/``; ILDR is measured on the default rows only). The
+    detector keeps the overhead budget ``run_info["overhead_budget"]`` (none when it is not there): a run fixes it
+    and records it."""
     options = {name: dict(MEASURE_OPTIONS[name]) if name in MEASURE_OPTIONS else get_measure(name).callback_options()
                for name in measure_names()}
     if answer_len is not None:  # the answer rows the validation set has (no warning about fewer rows)
         options["probes"]["num_rows"] = min(options["probes"]["num_rows"], MIN_VAL_EXAMPLES * answer_len)
     callbacks: list[Callback] = [spec.callback(**options[spec.name]) for spec in measure_specs() if spec.name in names]
-    callbacks += [RankMeMonitor(**{**options["rankme"], "selector": selector, "prefix": f"rankme_{selector}"})
-                  for selector in extra_selectors if selector != options["rankme"]["selector"]]
+    callbacks += [RankMeMonitor(**{**options["rankme"], "selector": selector, "prefix": f"rankme_{selector}",
+                                   "ildr_prefix": None}) for selector in extra_selectors
+                  if selector != options["rankme"]["selector"]]
     # detection reads the chosen measures' transitions (capgeo's own are in SETTINGS' default already)
     transitions = {**measure_transitions(spec for spec in measure_specs() if spec.name in names),
                    **SETTINGS.measure_transitions}

@@ -2,8 +2,8 @@
 
 A run's record holds the monitored accuracy as ``acc`` and every other series under the tag it was logged with:
 the validation scalars a module logs (``val/...``), the training loss and learning rate, and one series per layer
-under a measure's prefix (``rankme/<layer>``, ``probe_acc/<layer>``). Rules name what they read with these keys
-(:class:`~capgeo_callbacks.rules.Needs`); :data:`HOW_TO_RECORD` says how a missing one is recorded.
+under a measure's prefix (``rankme/<layer>``, ``ildr/<layer>``, ``probe_acc/<layer>``). Rules name what they read
+with these keys (:class:`~capgeo_callbacks.rules.Needs`); :data:`HOW_TO_RECORD` says how a missing one is recorded.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ __all__ = [
     "ACC",
     "FORECAST",
     "HOW_TO_RECORD",
+    "ILDR",
     "LOGPROB",
     "LR",
     "PROBABILITY",
@@ -41,6 +42,7 @@ VAL_LOSS = "val/loss"  # the validation loss (cross-entropy per target token: mi
 TRAIN_LOSS = "train/loss"  # mean training loss since the previous evaluation
 LR = "lr"  # the first optimizer's learning rate
 RANKME = "rankme/"  # RankMe of each watched layer: rankme/<layer>
+ILDR = "ildr/"  # inter/intra-class distance ratio of each watched layer, on RankMe's rows: ildr/<layer>
 PROBE_ACC = "probe_acc/"  # held-out linear probe accuracy of each watched layer: probe_acc/<layer>
 WEIGHT_NORM = "weight_norm/"  # L2 norm of the parameters: weight_norm/global and weight_norm/<layer>
 FORECAST = "forecast/"  # each forecaster's predicted acquisition step: forecast/<rule>
@@ -48,6 +50,7 @@ PROBABILITY = "probability/"  # a forecaster's probability of acquisition within
 
 HOW_TO_RECORD = {
     RANKME: "attach RankMeMonitor(layers=...) to the Trainer",
+    ILDR: "attach RankMeMonitor(layers=...) to the Trainer, on validation batches that hold targets",
     PROBE_ACC: "attach LinearProbeMonitor(layers=...) to the Trainer",
     WEIGHT_NORM: "attach WeightNormMonitor() to the Trainer",
     VAL_LOSS: "log it in validation_step, self.log('val/loss', loss), or name yours: "

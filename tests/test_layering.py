@@ -272,9 +272,9 @@ def called_names(path: Path) -> set[str]:
 
 
 def test_only_the_measuring_unit_measures_hidden_states_and_reads_labels() -> None:
-    """RankMe and the probe of a layer's rows, and the probe labels of a batch, have one caller: the unit the
-    Lightning monitors, the Hugging Face callback and offline analysis all drive."""
-    measured = {"rankme", "held_out_probe_accuracy", "answer_labels", "target_labels"}
+    """RankMe, ILDR and the probe of a layer's rows, and the probe and ILDR labels of a batch, have one caller: the
+    unit the Lightning monitors, the Hugging Face callback and offline analysis all drive."""
+    measured = {"rankme", "ildr", "held_out_probe_accuracy", "answer_labels", "target_labels", "row_targets"}
     callers = {path.relative_to(ROOT).as_posix(): sorted(called_names(path) & measured)
                for path in modules("capgeo_callbacks") if called_names(path) & measured}
     assert callers == {"capgeo_callbacks/capture/unit.py": sorted(measured)}

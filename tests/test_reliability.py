@@ -82,8 +82,8 @@ def test_every_callback_attached_leaves_training_bit_identical(tmp_path: Path,
 
     watched = runs["all"][0]
     series = watched["series"]
-    for tag in ("rankme/blocks.0", "rankme/norm_f", "probe_acc/norm_f", "grad_erank", "grad_cov_rank",
-                "hessian/eig_0", "hessian/trace", "llc"):
+    for tag in ("rankme/blocks.0", "rankme/norm_f", "ildr/blocks.0", "ildr/norm_f", "probe_acc/norm_f", "grad_erank",
+                "grad_cov_rank", "hessian/eig_0", "hessian/trace", "llc"):
         assert series.get(tag), f"{tag} was never measured"
     assert [s for s, _ in series["llc"]] == evaluation_steps(24, 6)[::2]  # every other evaluation, step 0 included
     assert "series" not in runs["none"][0]  # no callback at all in the plain run

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
 from capgeo_callbacks.capture.selectors import Selector
 from capgeo_callbacks.capture.unit import RankMeUnit
+from capgeo_callbacks.keys import ILDR, RANKME
 
 
 class RankMeMonitor(HiddenStateMonitor):
-    r"""Log the RankMe of each watched layer's hidden states at every evaluation.
+    r"""Log the RankMe of each watched layer's hidden states at every evaluation, and ILDR on the same rows.
 
     Forward hooks on the watched modules ride on the validation forward pass (no extra forward): they
     keep detached float32 copies of the selected token rows until ``num_rows`` rows are held, and are
@@ -25,6 +26,12 @@ class RankMeMonitor(HiddenStateMonitor):
     RankMe (Garrido et al., 2023): with singular values :math:`s_k` of the (N, D) rows,
     :math:`p_k = s_k / \sum_j s_j + \epsilon` and :math:`\mathrm{RankMe} = \exp(-\sum_k p_k \log p_k)`
     (docs/design.md, "RankMe").
+
+    ILDR (arXiv 2604.20923), on the same rows, classed by the target the batch gives each row
+    (:func:`~capgeo_callbacks.capture.selectors.row_targets`: capgeo's ``targets`` + ``answer_mask``, ``(inputs,
+    targets)``, Hugging Face's ``labels``): the size-weighted spread of the class centroids over the spread within the
+    classes, Fisher's criterion (:func:`~capgeo_callbacks.measures.ildr.ildr`; docs/design.md, "ILDR"). Without
+    targets at the rows it is said once and left out; RankMe goes on.
 
     Args:
         layers: module names or globs over ``pl_module.named_modules()`` (``*`` is one name component,
@@ -44,6 +51,7 @@ class RankMeMonitor(HiddenStateMonitor):
         mask_key: batch key of the answer mask for the answer selectors.
         eps: RankMe's epsilon.
         prefix: tag prefix (several monitors with different selectors need different prefixes).
+        ildr_prefix: ILDR's tag prefix (likewise); None: no ILDR.
 
     Raises:
         ValueError: on a bad argument, or in ``setup`` if a layer pattern matches no module (the message
@@ -53,7 +61,7 @@ class RankMeMonitor(HiddenStateMonitor):
     Logged keys:
         ``rankme/<layer>`` for each watched layer, where ``<layer>`` is the module name without the
         leading components all watched layers share (``model.blocks.0`` -> ``blocks.0``; numbered layers
-        keep their container's name: ``transformer.h.0`` -> ``h.0``).
+        keep their container's name: ``transformer.h.0`` -> ``h.0``); ``ildr/<layer>`` where the rows have targets.
 
     Example::
 
@@ -69,9 +77,12 @@ class RankMeMonitor(HiddenStateMonitor):
         every_n_evals: int = 1,
         mask_key: str = "answer_mask",
         eps: float = 1e-7,
-        prefix: str = "rankme",
+        prefix: str = RANKME[:-1],
+        ildr_prefix: str | None = ILDR[:-1],
     ) -> None:
         super().__init__(layers, every_n_evals=every_n_evals,
-                         unit=RankMeUnit(selector, num_rows, mask_key=mask_key, eps=eps, prefix=prefix))
+                         unit=RankMeUnit(selector, num_rows, mask_key=mask_key, eps=eps, prefix=prefix,
+                                         ildr_prefix=ildr_prefix))
 
     eps = property(lambda self: self.unit.eps, doc="RankMe's epsilon.")
+    ildr_prefix = property(lambda self: self.unit.ildr_prefix, doc="ILDR's tag prefix (None: no ILDR).")

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from capgeo_callbacks.capture.batches import IGNORE_INDEX
 from capgeo_callbacks.capture.layers import output_tensor
 from capgeo_callbacks.capture.selectors import Selector, SelectorError, row_positions, rows_at, select_rows
 
@@ -37,6 +38,8 @@ class HiddenStateCapture:
         labels_fn: if given, ``labels_fn(batch)`` gives one label per selected row, kept beside the rows
             (linear probes); a batch whose labels do not match its rows is skipped.
         warn: where problems are reported (default: nowhere).
+        labels_optional: a batch without labels keeps its rows, labelled ``IGNORE_INDEX``, and the first reason
+            is kept in :attr:`unlabelled_reason` instead of a warning (RankMe's rows, which ILDR labels).
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class HiddenStateCapture:
         mask_key: str = "answer_mask",
         labels_fn: LabelsFn | None = None,
         warn: WarnFn | None = None,
+        labels_optional: bool = False,
     ) -> None:
         self.selector = selector
         self.num_rows = num_rows
@@ -60,6 +64,8 @@ class HiddenStateCapture:
         self._batch_labels: Tensor | None = None
         self._found: tuple[Any, tuple[Tensor, Tensor] | None] = (None, None)  # (hidden shape and device, positions)
         self.unlabelled = 0  # batches skipped since the last take() because labels_fn found no labels in them
+        self.labels_optional = labels_optional
+        self.unlabelled_reason: str | None = None  # with optional labels: why rows since the last take() have none
         # ``with timing():`` around each hook's work: the overhead budget's clock, when the owner has one
         self.timing: Callable[[], AbstractContextManager[Any]] = nullcontext
 
@@ -102,7 +108,7 @@ class HiddenStateCapture:
     def set_batch(self, batch: Any) -> None:
         """The batch the next forward pass runs on (``None``: capture nothing from it)."""
         self._batch, self._batch_labels, self._found = batch, None, (None, None)
-        if batch is None or self.labels_fn is None:
+        if batch is None or self.labels_fn is None or self.full():
             return
         try:
             labels = self.labels_fn(batch)
@@ -111,6 +117,9 @@ class HiddenStateCapture:
                                  f"{type(labels).__name__} of shape {tuple(getattr(labels, 'shape', ()))}")
             self._batch_labels = labels.detach()
         except (ValueError, KeyError, TypeError) as err:
+            if self.labels_optional:  # the rows are kept, without labels
+                self.unlabelled_reason = self.unlabelled_reason or str(err)
+                return
             self.warn("labels", f"{err}; pass labels_fn=lambda batch: ... (one integer label per selected row) and "
                       "selector=... (docs/reference.md, 'Probes on your batches'); the probe is left out")
             self._batch = None
@@ -126,7 +135,7 @@ class HiddenStateCapture:
                                                                  torch.zeros(0, dtype=torch.long))
             out[name] = (rows, labels)
         self._rows, self._labels, self._counts = {}, {}, {}
-        self.unlabelled = 0
+        self.unlabelled, self.unlabelled_reason = 0, None
         return out
 
     def _hook(self, name: str) -> Callable[[nn.Module, Any, Any], None]:
@@ -156,9 +165,13 @@ class HiddenStateCapture:
         labels = self._batch_labels
         if self.labels_fn is not None and (labels is None or labels.shape[0] != rows.shape[0]):
             count = 0 if labels is None else labels.shape[0]
-            self.warn(f"labels:{name}", f"{count} labels for {rows.shape[0]} rows of layer {name!r}; "
-                      "labels_fn must give one label per selected row. Batch skipped")
-            return
+            if not self.labels_optional:
+                self.warn(f"labels:{name}", f"{count} labels for {rows.shape[0]} rows of layer {name!r}; "
+                          "labels_fn must give one label per selected row. Batch skipped")
+                return
+            if labels is not None:
+                self.unlabelled_reason = self.unlabelled_reason or f"{count} labels for {rows.shape[0]} rows"
+            labels = torch.full((rows.shape[0],), IGNORE_INDEX, dtype=torch.long)
         take = self.num_rows - have
         # the kept rows copied once: a built-in selector's gather has made a copy unless it returned a view of the
         # hidden states (a callable's rows may be any tensor it keeps: always copied)

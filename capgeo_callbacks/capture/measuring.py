@@ -9,12 +9,13 @@ reaches training's stream (iterating a loader draws a seed), and gradients only 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from capgeo_callbacks.keys import ILDR, PROBE_ACC, RANKME
 from capgeo_callbacks.measures.hessian import math_sdpa
 
 __all__ = ["Measured", "measuring"]
@@ -30,6 +31,7 @@ class Measured:
         scalars: the module's validation scalars (``val/acc``, ``val/token_acc``, ``val/logprob``...), by tag.
         rows: rows each tag was measured on (``rankme/<label>``, ``probe_acc/<label>``).
         parameters: the model's parameter count.
+        ildr: ILDR per layer label (only layers whose rows had targets).
     """
 
     rankme: dict[str, float]
@@ -37,6 +39,16 @@ class Measured:
     scalars: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     parameters: int = 0
+    ildr: dict[str, float] = field(default_factory=dict)
+
+    def add(self, values: Mapping[str, float]) -> None:
+        """File a unit's or a monitor's values by tag (``rankme/<label>``, ``ildr/<label>``, ``probe_acc/<label>``)
+        under their measure, by layer label (other tags are not this record's)."""
+        measures = {RANKME: self.rankme, ILDR: self.ildr, PROBE_ACC: self.probe_acc}
+        for tag, value in values.items():
+            prefix, _, label = tag.partition("/")
+            if f"{prefix}/" in measures:
+                measures[f"{prefix}/"][label] = value
 
 
 @contextlib.contextmanager

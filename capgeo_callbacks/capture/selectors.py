@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from capgeo_callbacks.capture.batches import TargetsNotFound, find_targets
+from capgeo_callbacks.capture.batches import IGNORE_INDEX, TargetsNotFound, find_targets
 
 # the callable first: a YAML config (LightningCLI) gives a dotted path, which must resolve to the function
 Selector = Callable[[Tensor, Any], Tensor] | str
@@ -109,6 +109,33 @@ def select_rows(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = 
         summed = torch.where(attention[..., None], hidden, 0.0).sum(dim=1)  # a NaN at a pad position stays out
         return summed[real] / weights.sum(dim=1, keepdim=True)[real]
     return hidden.flatten(0, 1)  # "all" without an attention mask (with one, its rows are found above)
+
+
+def row_targets(batch: Any, selector: Selector, mask_key: str = "answer_mask") -> Tensor:
+    """The target of each row ``selector`` takes from ``batch``, in its order (ILDR's classes, docs/design.md,
+    "ILDR"): targets per position (:func:`~capgeo_callbacks.capture.batches.find_targets`) read as hidden states of
+    one feature, so that a selector that takes whole positions takes their targets; targets per example as they are
+    (one row per example).
+
+    Raises:
+        TargetsNotFound: when the batch holds no targets, or the selector's rows have none of their own (a callable,
+            rows pooled over positions, several rows per example of one target, a position without a target).
+    """
+    if callable(selector):
+        raise TargetsNotFound(f"the rows of a callable selector ({selector_name(selector)}) have no known targets")
+    targets = find_targets(batch, mask_key)
+    pooled = ("mean", "question_mean") if targets.per_position else ("answer", "all")
+    if selector in pooled:
+        raise TargetsNotFound(f"the rows selector {selector!r} takes have no target of their own in {targets.source}")
+    if not targets.per_position:
+        return targets.values
+    try:
+        labels = select_rows(targets.values[..., None], batch, selector, mask_key)[:, 0]
+    except SelectorError as err:
+        raise TargetsNotFound(str(err)) from None
+    if bool((labels == IGNORE_INDEX).any()):
+        raise TargetsNotFound(f"some rows selector {selector!r} takes have no target in {targets.source}")
+    return labels
 
 
 def row_positions(hidden: Tensor, batch: Any, selector: Selector, mask_key: str = "answer_mask"

@@ -11,6 +11,7 @@ they differ only in where the batches come from, so a value measured offline equ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +19,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from capgeo_callbacks.capture.batches import answer_labels, target_labels
+from capgeo_callbacks.capture.batches import IGNORE_INDEX, answer_labels, target_labels
 from capgeo_callbacks.capture.hooks import HiddenStateCapture, LabelsFn
 from capgeo_callbacks.capture.layers import find_blocks, resolve_layers, short_names
-from capgeo_callbacks.capture.selectors import Selector, default_selector, selector_name, validate_selector
+from capgeo_callbacks.capture.selectors import (
+    Selector,
+    default_selector,
+    row_targets,
+    selector_name,
+    validate_selector,
+)
+from capgeo_callbacks.keys import ILDR, RANKME
+from capgeo_callbacks.measures.ildr import ildr
 from capgeo_callbacks.measures.probes import held_out_probe_accuracy
 from capgeo_callbacks.measures.rankme import rankme
 
@@ -98,6 +107,7 @@ class HiddenStateUnit:
         self.warn: WarnFn = warn if warn is not None else _silent
         self.layers: dict[str, str] = {}  # watched layer -> its name in tags, in depth order
         self.capture = HiddenStateCapture(selector, num_rows, mask_key, labels_fn, warn=self._report)
+        self.unlabelled_reason: str | None = None  # at the last compute: why some rows had no label (optional labels)
 
     def _report(self, key: str, message: str) -> Any:
         return self.warn(key, message)  # looked up at each call: the owner may redirect ``warn``
@@ -189,6 +199,7 @@ class HiddenStateUnit:
         """
         self.capture.detach()
         unlabelled = self.capture.unlabelled  # said once already: no second word about the empty layers
+        self.unlabelled_reason = self.capture.unlabelled_reason  # optional labels: why some rows have none
         captured = self.capture.take()
         result = Computed()
         for name, label in self.layers.items():
@@ -201,10 +212,12 @@ class HiddenStateUnit:
             count = rows.shape[0]
             if (count < self.min_rows and unlabelled) or not self._usable(name, count):
                 continue
-            value = self.measure_rows(name, rows, labels, step)
-            if value is not None:
-                tag = f"{self.prefix}/{label}"
-                result.values[tag], result.rows[tag] = value, int(count)
+            for prefix, value in self.measure_layer(name, rows, labels, step).items():
+                if value is not None:
+                    tag = f"{prefix}/{label}"
+                    result.values[tag], result.rows[tag] = value, int(count)
+        order = {tag: i for i, tag in enumerate(self.tags)}  # each measure's layers together, in depth order
+        result.values = dict(sorted(result.values.items(), key=lambda item: order.get(item[0], len(order))))
         return result
 
     def _usable(self, layer: str, count: int) -> bool:
@@ -219,6 +232,12 @@ class HiddenStateUnit:
                       f"{count} rows")
         return True
 
+    def measure_layer(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None
+                      ) -> dict[str, float | None]:
+        """One layer's values by tag prefix: :meth:`measure_rows` under this unit's prefix (a subclass may add more
+        measures of the same rows)."""
+        return {self.prefix: self.measure_rows(layer, rows, labels, step)}
+
     def measure_rows(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None) -> float | None:
         """The value of one layer's rows (N, D) and labels (N,) or None, or None (warned) when there is none."""
         if self._measure is None:
@@ -230,7 +249,11 @@ class HiddenStateUnit:
 
 
 class RankMeUnit(HiddenStateUnit):
-    r"""RankMe of each watched layer's rows (:func:`~capgeo_callbacks.measures.rankme`; docs/design.md, "RankMe").
+    r"""RankMe of each watched layer's rows (:func:`~capgeo_callbacks.measures.rankme`; docs/design.md, "RankMe"),
+    and ILDR of the same rows, classed by the batch's target at each row
+    (:func:`~capgeo_callbacks.measures.ildr.ildr`, :func:`~capgeo_callbacks.capture.selectors.row_targets`;
+    docs/design.md, "ILDR"). Rows whose batches hold no targets are measured by RankMe alone; ILDR is then left out,
+    said once.
 
     Args:
         selector: token rows (None: what the first batch supports).
@@ -239,19 +262,43 @@ class RankMeUnit(HiddenStateUnit):
         eps: RankMe's epsilon.
         prefix: tag prefix.
         warn: where problems are reported once.
+        ildr_prefix: ILDR's tag prefix; None: no ILDR.
     """
 
     def __init__(self, selector: Selector | None = None, num_rows: int | None = None, *,
-                 mask_key: str = "answer_mask", eps: float = 1e-7, prefix: str = "rankme",
-                 warn: WarnFn | None = None) -> None:
-        super().__init__(selector, num_rows, mask_key=mask_key, prefix=prefix, warn=warn)
+                 mask_key: str = "answer_mask", eps: float = 1e-7, prefix: str = RANKME[:-1],
+                 warn: WarnFn | None = None, ildr_prefix: str | None = ILDR[:-1]) -> None:
+        super().__init__(selector, num_rows, mask_key=mask_key, prefix=prefix, warn=warn,
+                         labels_fn=None if ildr_prefix is None else self.row_targets)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
             raise ValueError(f"eps must be a positive number, got {eps!r}")
-        self.eps = float(eps)
+        if ildr_prefix is not None and (not isinstance(ildr_prefix, str) or not ildr_prefix or "/" in ildr_prefix
+                                        or ildr_prefix == prefix):
+            raise ValueError(f"ildr_prefix must be None or a tag prefix without '/' other than {prefix!r}, "
+                             f"got {ildr_prefix!r}")
+        self.eps, self.ildr_prefix = float(eps), ildr_prefix
+        self.capture.labels_optional = True  # RankMe measures rows without targets too
+
+    def row_targets(self, batch: Any) -> Tensor:
+        """The target of each row the selector takes: ILDR's classes."""
+        return row_targets(batch, self.choose_selector(batch), self.mask_key)
+
+    @property
+    def tags(self) -> list[str]:
+        """RankMe's tags, then ILDR's, in layer order."""
+        labels = self.layers.values() if self.ildr_prefix is not None else ()
+        return super().tags + [f"{self.ildr_prefix}/{label}" for label in labels]
 
     @property
     def config(self) -> dict[str, Any]:
-        return {**super().config, "eps": self.eps}
+        return {**super().config, "eps": self.eps, "ildr_prefix": self.ildr_prefix}
+
+    def measure_layer(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None
+                      ) -> dict[str, float | None]:
+        values = super().measure_layer(layer, rows, labels, step)
+        if self.ildr_prefix is not None:
+            values[self.ildr_prefix] = self._ildr(layer, rows, labels, step)
+        return values
 
     def measure_rows(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None) -> float | None:
         try:
@@ -259,6 +306,20 @@ class RankMeUnit(HiddenStateUnit):
         except ValueError as err:  # hidden states that are not finite
             self._failed(layer, step, err)
             return None
+
+    def _ildr(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None) -> float | None:
+        if labels is None or labels.shape[0] != rows.shape[0] or bool((labels == IGNORE_INDEX).any()):
+            reason = self.unlabelled_reason or "rows without a target"
+            self.warn("ildr:targets", f"ILDR needs the target of every row RankMe reads ({reason}); ILDR is left "
+                      "out, RankMe goes on (docs/design.md, 'ILDR')")
+            return None
+        value = ildr(rows, labels)
+        if not math.isfinite(value):
+            self.warn(f"ildr:{layer}", f"{layer!r}{'' if step is None else f' at step {step}'}: ILDR is undefined on "
+                      "these rows (non-finite rows, fewer than two classes of two rows or more, or no spread within "
+                      "the classes); skipped")
+            return None
+        return value
 
 
 class ProbeUnit(HiddenStateUnit):

@@ -31,7 +31,7 @@ from capgeo_callbacks.integrations.hf_models import (
     scores_answers,
     selected_rows,
 )
-from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
+from capgeo_callbacks.keys import ILDR, LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.rules import Rule, default_rules
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
@@ -62,17 +62,17 @@ class CapgeoTrainerCallback(TrainerCallback):
     ``on_train_begin``, the others in ``on_step_end``, whatever the Trainer's ``eval_strategy``), one forward pass
     over the probe rows (:func:`~capgeo_callbacks.integrations.hf_models.probe_pass`) gives RankMe of every hidden
     state (``embed``, ``layers.i``, ``layers.{L-1}+final_norm``) and, with targets in the rows (Hugging Face's
-    ``labels``, unshifted as the model takes them, or capgeo's ``targets`` + ``answer_mask``), ``val/acc`` (exact
-    match of the target tokens), ``val/token_acc``, ``val/logprob``, ``val/loss`` (the model's loss on the rows) and
-    a linear probe per layer on the positions that predict a target (``acc_fn`` gives the accuracy instead; without
-    targets or ``acc_fn`` it is NaN, never acquired). It runs in eval mode without gradients and with the RNG forked:
-    training ends at bit-identical weights. Each measurement is a log event at its step
-    (:mod:`~capgeo_callbacks.integrations.hf_loggers`): in ``state.log_history`` and the ``on_log`` of every
-    ``report_to`` integration and user callback; text, images, the layout and hparams reach TensorBoard, MLflow and
-    W&B; the Trainer's bar shows the run's figures. A resumed run rebuilds its series from the log history.
+    ``labels``, unshifted as the model takes them, or capgeo's ``targets`` + ``answer_mask``), ILDR of the same rows
+    by their targets, ``val/acc`` (exact match of the target tokens), ``val/token_acc``, ``val/logprob``, ``val/loss``
+    (the model's loss on the rows) and a linear probe per layer on the positions that predict a target (``acc_fn``
+    gives the accuracy instead; without targets or ``acc_fn`` it is NaN, never acquired). It runs in eval mode
+    without gradients and with the RNG forked: training ends at bit-identical weights. Each measurement is a log
+    event at its step (:mod:`~capgeo_callbacks.integrations.hf_loggers`): in ``state.log_history`` and the ``on_log``
+    of every ``report_to`` integration and user callback; text, images, the layout and hparams reach TensorBoard,
+    MLflow and W&B; the Trainer's bar shows the run's figures. A resumed run rebuilds its series from the log history.
 
-    Logged keys (``train/<key>`` in TensorBoard and W&B): ``rankme/``, ``probe_acc/``, ``rankme_early/`` and
-    ``rankme_floor/<layer>``, ``val/acc``, ``val/token_acc``, ``val/logprob``, ``val/loss``, ``forecast/<rule>``,
+    Logged keys (``train/<key>`` in TensorBoard and W&B): ``rankme/``, ``ildr/``, ``probe_acc/``, ``rankme_early/``
+    and ``rankme_floor/<layer>``, ``val/acc``, ``val/token_acc``, ``val/logprob``, ``val/loss``, ``forecast/<rule>``,
     ``capgeo/alerts_raised``; text ``capgeo/alerts`` and ``/verdict``, images ``capgeo/story`` and ``/rankme_heatmap``.
 
     Args:
@@ -234,7 +234,7 @@ def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
         if ACC_KEY not in entry or "step" not in entry:
             continue
         step = int(entry["step"])
-        for tag in [key for key in entry if key.startswith((RANKME, PROBE_ACC))]:
+        for tag in [key for key in entry if key.startswith((RANKME, ILDR, PROBE_ACC))]:
             append_point(callback.series.setdefault(tag, []), step, float(entry[tag]))
         scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
         callback.session.restore(step, float(entry[ACC_KEY]), scalars, Measurements(callback.series))

@@ -6,6 +6,7 @@ from capgeo_callbacks.measures.gradients import (
     per_example_gradients,
 )
 from capgeo_callbacks.measures.hessian import hessian_top_eigenvalues, hessian_trace, lanczos
+from capgeo_callbacks.measures.ildr import ildr
 from capgeo_callbacks.measures.llc import estimate_llc
 from capgeo_callbacks.measures.norms import parameter_norm
 from capgeo_callbacks.measures.probes import linear_probe_accuracy
@@ -18,6 +19,7 @@ __all__ = [
     "gradient_effective_rank",
     "hessian_top_eigenvalues",
     "hessian_trace",
+    "ildr",
     "lanczos",
     "linear_probe_accuracy",
     "parameter_norm",

@@ -23,7 +23,7 @@ from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, SELECTORS, Sele
 from capgeo_callbacks.capture.unit import HiddenStateUnit, ProbeUnit, RankMeUnit
 from capgeo_callbacks.detection import DetectionSettings
 from capgeo_callbacks.integrations.hf_models import HF_NOTE, load_hf, probe_pass, scores_answers
-from capgeo_callbacks.keys import LOGPROB, PROBE_ACC, RANKME, VAL_ACC
+from capgeo_callbacks.keys import ILDR, LOGPROB, PROBE_ACC, RANKME, VAL_ACC
 from capgeo_callbacks.offline.measure_lightning import (
     RowSpec,
     hidden_state_monitors,
@@ -195,7 +195,8 @@ def analyze(
     entries = [{"name": r["name"], "path": r["path"], "step": r["step"], "weights_sha256": r["weights_sha256"],
                 "duplicate_of": r["duplicate_of"], "acc": r["_measured"].scalars.get(monitor_name, math.nan),
                 "logprob": r["_measured"].scalars.get(logprob_key or LOGPROB, math.nan),
-                "rankme": dict(r["_measured"].rankme), "probe_acc": dict(r["_measured"].probe_acc)} for r in results]
+                "rankme": dict(r["_measured"].rankme), "ildr": dict(r["_measured"].ildr),
+                "probe_acc": dict(r["_measured"].probe_acc)} for r in results]
     extra = {"revisions": entries, "skipped_revisions": skipped, "duplicate_weights": duplicates,
              "warnings": warn.messages, "analysis": analysis}
     output = Path(output) if output is not None else None
@@ -221,8 +222,7 @@ def _hf_revision(model: Any, probe: ProbeSet, layers: Sequence[str] | None, sele
                       parameters=sum(p.numel() for p in model.parameters()))
     for unit in units:
         computed = unit.compute()
-        measured = result.rankme if isinstance(unit, RankMeUnit) else result.probe_acc
-        measured.update({tag[len(unit.prefix) + 1:]: value for tag, value in computed.values.items()})
+        result.add(computed.values)
         result.rows.update(computed.rows)
     return result, labels
 
@@ -339,7 +339,7 @@ def _feed(session: RunSession, results: Sequence[Mapping[str, Any]], labels: Seq
     measured again, RankMe and probes measured again, and what a checkpoint cannot tell (the training loss, the
     learning rate) from the live record. Returns the whole measurements."""
     series: dict[str, list[list[float]]] = {}
-    for prefix, key in ((RANKME, "rankme"), (PROBE_ACC, "probe_acc")):
+    for prefix, key in ((RANKME, "rankme"), (ILDR, "ildr"), (PROBE_ACC, "probe_acc")):
         for label in labels:
             points = [[r["step"], getattr(r["_measured"], key)[label]] for r in results
                       if label in getattr(r["_measured"], key) and math.isfinite(getattr(r["_measured"], key)[label])]
@@ -374,7 +374,8 @@ def _recorded_scalars(record: RecordedSetup) -> dict[str, list[list[float]]]:
     if record.session is not None:
         return dict((record.session.get("record") or {}).get("scalars") or {})
     series = (record.run.summary.get("series") or {}) if record.run is not None else {}
-    return {tag: points for tag, points in series.items() if tag != "acc" and not tag.startswith((RANKME, PROBE_ACC))}
+    measured = (RANKME, ILDR, PROBE_ACC)
+    return {tag: points for tag, points in series.items() if tag != "acc" and not tag.startswith(measured)}
 
 
 def _run_info(record: RecordedSetup, probe: ProbeSet, warn: WarnOnce) -> dict[str, Any]:

@@ -131,7 +131,6 @@ def measure_lightning(
     result = Measured(rankme={}, scalars={key: float(value) for key, value in trainer.callback_metrics.items()},
                       parameters=sum(p.numel() for p in module.parameters()))
     for monitor in monitors:
-        measured = {tag[len(monitor.prefix) + 1:]: points[-1][1] for tag, points in monitor.series.items() if points}
-        (result.rankme if isinstance(monitor, RankMeMonitor) else result.probe_acc).update(measured)
+        result.add({tag: points[-1][1] for tag, points in monitor.series.items() if points})
         result.rows.update(monitor.rows)
     return result, list(monitors[0].layer_tags.values()) if monitors else []

@@ -16,7 +16,7 @@ from capgeo_callbacks.callbacks import (
     RankMeMonitor,
     WeightNormMonitor,
 )
-from capgeo_callbacks.keys import PROBE_ACC, RANKME, WEIGHT_NORM
+from capgeo_callbacks.keys import ILDR, PROBE_ACC, RANKME, WEIGHT_NORM
 from capgeo_callbacks.registry.core import MeasureSpec, register_measure
 
 __all__ = ["BUILTIN_MEASURES"]
@@ -24,8 +24,10 @@ __all__ = ["BUILTIN_MEASURES"]
 BUILTIN_MEASURES: tuple[MeasureSpec, ...] = (
     MeasureSpec(
         name="rankme", callback=RankMeMonitor, needs="hidden_states", cost="cheap", default=True,
-        keys=(f"{RANKME}<layer>",), transitions={RANKME: "collapse"},
-        functions=("rankme",), description="RankMe (effective dimension) of each watched layer's hidden states",
+        keys=(f"{RANKME}<layer>", f"{ILDR}<layer>"), transitions={RANKME: "collapse"},
+        functions=("rankme", "ildr"),
+        description="RankMe (effective dimension) of each watched layer's hidden states, and ILDR (class "
+                    "separation by the rows' targets) on the same rows",
     ),
     MeasureSpec(
         name="probes", callback=LinearProbeMonitor, needs="hidden_states", cost="cheap", default=True,

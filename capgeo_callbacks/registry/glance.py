@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from capgeo_callbacks.keys import FORECAST, PROBE_ACC, RANKME
+from capgeo_callbacks.keys import FORECAST, ILDR, PROBE_ACC, RANKME
 from capgeo_callbacks.registry.core import COSTS, MeasureSpec, measure_specs
 
 __all__ = ["OTHER_CALLBACKS", "CallbackRow", "glance_markdown"]
@@ -69,8 +69,8 @@ OTHER_CALLBACKS: tuple[CallbackRow, ...] = (
         "integrations.hf.CapgeoTrainerCallback",
         "the measures and rules under `transformers.Trainer`",
         "a fixed set of probe rows (`input_ids`, `labels`); `pip install \"capgeo-callbacks[hf]\"`",
-        f"`{RANKME}<layer>`, `{PROBE_ACC}<layer>`, `val/acc`, `val/token_acc`, `val/logprob`, `val/loss`, "
-        f"`{FORECAST}<rule>`",
+        f"`{RANKME}<layer>`, `{ILDR}<layer>`, `{PROBE_ACC}<layer>`, `val/acc`, `val/token_acc`, `val/logprob`, "
+        f"`val/loss`, `{FORECAST}<rule>`",
         "one forward pass over the probe rows at each measurement",
         "about `points` measurements over the run (256)"),
 )

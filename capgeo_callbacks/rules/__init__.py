@@ -36,7 +36,7 @@ from capgeo_callbacks.rules.forecasters import (
     RidgeForecaster,
     ThresholdForecaster,
 )
-from capgeo_callbacks.rules.geometry import GeometryRule, StudyRule
+from capgeo_callbacks.rules.geometry import GeometryRule, ILDRRiseRule, StudyRule
 from capgeo_callbacks.rules.registration import rules_from_registration
 from capgeo_callbacks.rules.stopping import StoppingPolicy
 from capgeo_callbacks.rules.survival import SurvivalForecaster
@@ -51,6 +51,7 @@ __all__ = [
     "Forecast",
     "ForecastRule",
     "GeometryRule",
+    "ILDRRiseRule",
     "LastValueForecaster",
     "LinearForecaster",
     "LogprobEmergenceRule",
@@ -80,6 +81,7 @@ __all__ = [
 RULES: dict[str, Callable[[], Rule]] = {
     "study": StudyRule,
     "geometry-guarded": GeometryRule,
+    "ildr-rise": ILDRRiseRule,  # ILDR at 2.5 x its early baseline (arXiv 2604.20923); the multiple is an argument
     "loss-onset": LossOnsetRule,
     "logprob-emergence": LogprobEmergenceRule,
     "probe-crossing": ProbeCrossingRule,

@@ -1,23 +1,26 @@
-"""Geometry rules: a layer's RankMe collapses and recovers while the run has not acquired.
+"""Geometry rules: a layer's RankMe collapses and recovers while the run has not acquired, or its classes separate.
 
 ``study`` is the rule of the study this project started from (arXiv 2602.15997): any watched layer, a 25% drop
 from its peak, a 10% recovery, no warm-up guard. ``geometry-guarded`` is the same with every RankMe point inside
 the learning-rate warm-up's window ignored (the study's collapse sits at the end of the warm-up on every run,
 controls included: docs/study.md) and a drop that must stand three noise units above the layer's own
-evaluation-to-evaluation noise.
+evaluation-to-evaluation noise. ``ildr-rise``: a layer's ILDR reaches a multiple of its early baseline
+(arXiv 2604.20923).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from capgeo_callbacks.detection.alerts import Alert, CollapseAlert, scan_alerts
-from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.keys import ACC, RANKME, by_layer
+from capgeo_callbacks.detection.settings import ALERT_LAYERS, DetectionSettings
+from capgeo_callbacks.keys import ACC, ILDR, RANKME, by_layer
 from capgeo_callbacks.rules.base import Needs, Rule, RuleOutput, RunView
 
-__all__ = ["GeometryRule", "StudyRule"]
+__all__ = ["GeometryRule", "ILDRRiseRule", "StudyRule"]
 
 
 class StudyRule(Rule):
@@ -83,3 +86,62 @@ class GeometryRule(StudyRule):
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "guard_warmups": self.guard_warmups}
+
+
+class ILDRRiseRule(Rule):
+    """Warns once, when a layer's ILDR (docs/design.md, "ILDR") reaches ``multiple`` times its early baseline, the
+    median of its first ``baseline_evals`` measured values; a later evaluation's value, never one of those.
+
+    Args:
+        multiple: the multiple of the baseline that alerts, > 1. Default 2.5: the threshold of its source (arXiv
+            2604.20923, on modular arithmetic and S5 composition), not yet chosen on capgeo's calibration runs.
+        baseline_evals: how many of the layer's first measured values make its baseline, >= 1.
+        layer: ``"deepest"``, the deepest layer the run records ILDR of (the representation the readout reads: the
+            source's second-to-last layer); ``"any"``, the first watched layer to cross; or a layer's name.
+        ildr_prefix: tag prefix of the ILDR series.
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+
+    name = "ildr-rise"
+
+    def __init__(self, multiple: float = 2.5, baseline_evals: int = 3, layer: str = "deepest",
+                 ildr_prefix: str = ILDR) -> None:
+        if isinstance(multiple, bool) or not isinstance(multiple, (int, float)) or not 1 < multiple < math.inf:
+            raise ValueError(f"multiple must be a finite number above 1 (the source's is 2.5), got {multiple!r}")
+        if isinstance(baseline_evals, bool) or not isinstance(baseline_evals, int) or baseline_evals < 1:
+            raise ValueError(f"baseline_evals must be an integer >= 1, got {baseline_evals!r}")
+        if not isinstance(layer, str) or not layer:
+            raise ValueError(f"layer must be one of {', '.join(ALERT_LAYERS)} or a layer's name, got {layer!r}")
+        if not isinstance(ildr_prefix, str) or not ildr_prefix.endswith("/") or len(ildr_prefix) < 2:
+            raise ValueError(f"ildr_prefix must be a tag prefix ending in '/', got {ildr_prefix!r}")
+        self.multiple, self.baseline_evals, self.layer = float(multiple), baseline_evals, layer
+        self.ildr_prefix = ildr_prefix
+
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        key = f"{self.ildr_prefix}*" if self.layer in ALERT_LAYERS else f"{self.ildr_prefix}{self.layer}"
+        return Needs(series=(ACC, key))
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        if raised:
+            return RuleOutput()
+        tags = run.tags(self.ildr_prefix)
+        tags = tags[-1:] if self.layer == "deepest" else tags if self.layer == "any" else \
+            [tag for tag in tags if tag == f"{self.ildr_prefix}{self.layer}"]
+        for tag in tags:
+            measured = [value for value in run.values(tag) if math.isfinite(value)]
+            last = run.last(tag)
+            if len(measured) <= self.baseline_evals or not math.isfinite(last):
+                continue  # the baseline still forming, or no value at this evaluation
+            baseline = statistics.median(measured[: self.baseline_evals])
+            if baseline > 0 and last >= self.multiple * baseline:
+                return RuleOutput(alerts=[self.alert(
+                    run, f"{tag} reached {last:.3g}, {last / baseline:.2f} x its baseline {baseline:.3g}",
+                    layer=tag[len(self.ildr_prefix):])])
+        return RuleOutput()
+
+    def settings(self) -> dict[str, Any]:
+        return {"multiple": self.multiple, "baseline_evals": self.baseline_evals, "layer": self.layer,
+                "ildr_prefix": self.ildr_prefix}

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from benchmarks import hessian_hvps, llc_vs_devinterp, rankme_monitor, rankme_speed, task_throughput
+from benchmarks import hessian_hvps, ildr_speed, llc_vs_devinterp, rankme_monitor, rankme_speed, task_throughput
 
 
 @pytest.fixture(autouse=True)
@@ -27,6 +27,13 @@ def test_rankme_speed_same_value_on_both_routes(capsys: pytest.CaptureFixture[st
         assert max(r["rel_diff"] for r in results) < 1e-9
         assert all(r["ratio"] > 0 for r in results)
     assert "speed-up over the best SVD" in capsys.readouterr().out
+
+
+def test_ildr_speed_times_ildr_beside_rankme_on_the_same_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    [result] = ildr_speed.main(["--shapes", "96x24", "--classes", "5", "--repeats", "1"])
+    assert result["shape"] == (96, 24) and result["ratio"] > 0
+    assert result["ildr"] > 1  # the classes' centroids lie apart: well separated rows
+    assert "ratio ILDR / RankMe" in capsys.readouterr().out
 
 
 def test_rankme_monitor_logs_rankme_of_the_captured_rows(capsys: pytest.CaptureFixture[str]) -> None:

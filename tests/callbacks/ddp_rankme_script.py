@@ -28,6 +28,7 @@ from capgeo_callbacks import (  # noqa: E402
     PrecursorDetector,
     RankMeMonitor,
 )
+from capgeo_callbacks.measures.ildr import ildr  # noqa: E402
 from capgeo_callbacks.measures.probes import distinct_split, linear_probe_accuracy  # noqa: E402
 from capgeo_callbacks.rules import StudyRule  # noqa: E402
 from tests.callbacks.conftest import ForeignEncoder, loaders, reference_rankme  # noqa: E402
@@ -74,6 +75,7 @@ class SingleProcessReference(pl.Callback):
         step = trainer.global_step
         for i, rows in enumerate(outputs):
             self.values.setdefault(f"rankme/layers.{i}", []).append([step, reference_rankme(rows.numpy())])
+            self.values.setdefault(f"ildr/layers.{i}", []).append([step, ildr(rows, labels)])
             fit = distinct_split(rows)  # the halves share no input (the validation set repeats some)
             accuracy = linear_probe_accuracy(rows[fit], labels[fit], rows[~fit], labels[~fit], ridge=1e-3)
             self.values.setdefault(f"probe_acc/layers.{i}", []).append([step, accuracy])

@@ -101,7 +101,7 @@ def test_layers_without_a_tensor_output_are_skipped_with_a_warning(tmp_path: Pat
         assert count(record, f"{name}: layer 'tap' returned dict, not a tensor; it is skipped") == 1
         assert count(record, f"{name}: layer 'sink' returned NoneType, not a tensor; it is skipped") == 1
     # the layer with a tensor output is measured at every evaluation, the others never
-    assert set(rankme.series) == {"rankme/encoder.layers.1"}
+    assert set(rankme.series) == {"rankme/encoder.layers.1", "ildr/encoder.layers.1"}
     assert [s for s, _ in rankme.series["rankme/encoder.layers.1"]] == [8, 16]
     assert set(probes.series) == {"probe_acc/encoder.layers.1"}
     assert set(detector.summary["layers"]) == {"encoder.layers.1"}
@@ -126,6 +126,7 @@ def test_non_finite_hidden_states_and_gradients_warn_skip_and_training_goes_on(t
     warned = messages(record)
     expected = [
         "RankMeMonitor: 'poison' at step 8: Z contains NaN/Inf; skip this measurement; skipped",
+        "RankMeMonitor: 'poison' at step 8: ILDR is undefined on these rows (non-finite rows,",
         "LinearProbeMonitor: 'poison' at step 8: train_x contains non-finite values; skipped",
         "GradientRankMonitor: non-finite per-example gradients at step 8; skipped",
         "HessianMonitor: non-finite loss",
@@ -133,7 +134,8 @@ def test_non_finite_hidden_states_and_gradients_warn_skip_and_training_goes_on(t
     for text in expected:
         assert count(record, text) == 1, (text, warned)  # once, though it happens at every evaluation
     rankme, probes, grad_rank, hessian, llc, detector = callbacks
-    assert set(rankme.series) == {"rankme/encoder.layers.1"} and len(rankme.series["rankme/encoder.layers.1"]) == 2
+    assert set(rankme.series) == {"rankme/encoder.layers.1", "ildr/encoder.layers.1"}
+    assert len(rankme.series["rankme/encoder.layers.1"]) == len(rankme.series["ildr/encoder.layers.1"]) == 2
     assert set(probes.series) == {"probe_acc/encoder.layers.1"}
     assert grad_rank.series == {} and hessian.series == {}
     # LLC samples a copy in train mode (devinterp's convention), where this model stays finite
@@ -165,7 +167,8 @@ def test_fewer_rows_than_asked_warn_once_and_measure_on_those(tmp_path: Path) ->
     assert count(record, "GradientRankMonitor: only 256 training examples were seen before the first "
                          "measurement, fewer than 300; measuring on those") == 1
     assert [s for s, _ in rankme.series["rankme/encoder.layers.1"]] == [8, 16]
-    assert rankme.rows == {"rankme/encoder.layers.1": 200} and probes.rows == {"probe_acc/encoder.layers.1": 200}
+    assert rankme.rows == {"rankme/encoder.layers.1": 200, "ildr/encoder.layers.1": 200}
+    assert probes.rows == {"probe_acc/encoder.layers.1": 200}
     assert detector.summary["rows"]["rankme/encoder.layers.1"] == 200  # RankMe's N is on record
     assert len(grad_rank.series["grad_erank"]) == 2
     rows: list[Tensor] = []

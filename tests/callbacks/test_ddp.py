@@ -28,12 +28,14 @@ def test_measures_equal_one_process_and_side_effects_happen_once(tmp_path: Path)
     steps = list(range(8, 73, 8))
 
     # each rank holds 128 of the 256 validation rows; both measure the gathered 256, and agree exactly
-    assert zero["rankme_rows"] == one["rankme_rows"] == {"rankme/layers.0": 256, "rankme/layers.1": 256}
+    assert zero["rankme_rows"] == one["rankme_rows"] == {f"{measure}/layers.{i}": 256 for measure in ("rankme", "ildr")
+                                                         for i in range(2)}  # ILDR: the rows and labels gathered
     assert zero["probe_rows"] == {"probe_acc/layers.0": 256, "probe_acc/layers.1": 256}
     assert zero["series"] == one["series"]
     # ... and equal one process's values on the same rows at the same weights, at every evaluation
     reference = zero["reference"]
-    for tag in ("rankme/layers.0", "rankme/layers.1", "probe_acc/layers.0", "probe_acc/layers.1"):
+    for tag in ("rankme/layers.0", "rankme/layers.1", "ildr/layers.0", "ildr/layers.1", "probe_acc/layers.0",
+                "probe_acc/layers.1"):
         measured = zero["series"][tag]
         assert [step for step, _ in measured] == steps, tag
         assert [step for step, _ in reference[tag]] == steps, tag

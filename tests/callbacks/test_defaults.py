@@ -79,7 +79,8 @@ def test_the_defaults_on_a_hugging_face_llama_under_max_epochs(tmp_path: Path,
 
     # under max_epochs: the schedule spans the estimated steps, and every measured step has RankMe of every block
     assert trainer.global_step == 12 and schedule.steps == evaluation_steps(12, 8)
-    assert sorted(rankme.series) == ["rankme/layers.0", "rankme/layers.1", "rankme/norm"]
+    assert list(rankme.series) == [f"{prefix}/{layer}" for prefix in ("rankme", "ildr")  # ILDR: the labels' classes
+                                   for layer in ("layers.0", "layers.1", "norm")]
     for points in rankme.series.values():
         assert [p[0] for p in points] == schedule.steps
     assert rankme.rows == dict.fromkeys(rankme.series, 48)  # one row per sequence: all validation gives

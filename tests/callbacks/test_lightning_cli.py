@@ -131,7 +131,8 @@ def test_callbacks_from_yaml_are_built_and_measure(tmp_path: Path) -> None:
     # and they measured at the schedule's steps
     steps = [0, 4, 8, 12, 16, 20, 24]
     assert schedule.steps == steps
-    assert list(rankme.series) == ["rankme/blocks.0", "rankme/blocks.1", "rankme/norm_f"]
+    assert list(rankme.series) == [f"{prefix}/{layer}" for prefix in ("rankme", "ildr")
+                                   for layer in ("blocks.0", "blocks.1", "norm_f")]
     for points in rankme.series.values():
         assert [p[0] for p in points] == steps
     assert [p[0] for p in probes.series["probe_acc/norm_f"]] == steps

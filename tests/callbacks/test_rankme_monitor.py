@@ -9,6 +9,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from capgeo_callbacks import PrecursorDetector, RankMeMonitor
 from tests.callbacks.conftest import ForeignEncoder, loaders, read_events, reference_rankme
+from tests.measures.test_ildr import reference_ildr
 
 
 def fit(tmp_path, callbacks, steps: int = 24, seed: int = 0) -> tuple[ForeignEncoder, Trainer]:
@@ -28,7 +29,8 @@ def test_foreign_model_watched_by_glob_matches_independent_rankme(tmp_path) -> N
     monitor = RankMeMonitor(layers="encoder.layers.*", selector="mean", num_rows=200)
     model, trainer = fit(tmp_path, [monitor])
     assert monitor.layer_names == ["encoder.layers.0", "encoder.layers.1"]
-    assert monitor.tags == ["rankme/layers.0", "rankme/layers.1"]  # "encoder." dropped; numbers keep "layers."
+    # "encoder." dropped; numbers keep "layers."; ILDR of the same rows beside RankMe
+    assert monitor.tags == ["rankme/layers.0", "rankme/layers.1", "ildr/layers.0", "ildr/layers.1"]
     # hooks are removed after measuring
     for name in monitor.layer_names:
         assert not dict(model.named_modules())[name]._forward_hooks
@@ -49,7 +51,11 @@ def test_foreign_model_watched_by_glob_matches_independent_rankme(tmp_path) -> N
     assert len(logged) == 3  # steps 8, 16, 24; the sanity check is not measured
     assert logged[-1] == pytest.approx(expected, rel=1e-5)
     assert [s for s, _ in monitor.series["rankme/layers.1"]] == [8, 16, 24]
-    assert monitor.rows == {"rankme/layers.0": 200, "rankme/layers.1": 200}
+    assert monitor.rows == {f"{prefix}/layers.{i}": 200 for prefix in ("rankme", "ildr") for i in range(2)}
+    # ILDR of those rows by the batches' labels (the sum mod 4), in the logger too
+    labels = torch.cat([y for _, y in val])[:200]
+    assert [e.value for e in events.Scalars("ildr/layers.1")][-1] == pytest.approx(
+        reference_ildr(torch.from_numpy(rows), labels), rel=1e-5)
 
 
 def test_every_n_evals(tmp_path) -> None:

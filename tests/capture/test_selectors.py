@@ -1,5 +1,6 @@
 """Token selectors on real models: padding-aware ``last``/``mean`` on a Hugging Face GPT-2, spatial ``mean`` on a
-CNN watched by glob through RankMeMonitor, and the answer selectors on a hand-built answer mask."""
+CNN watched by glob through RankMeMonitor, the answer selectors on a hand-built answer mask, and the targets at the
+rows each selector takes (ILDR's classes)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from capgeo_callbacks import RankMeMonitor
-from capgeo_callbacks.capture.selectors import select_rows
+from capgeo_callbacks.capture.batches import TargetsNotFound, find_targets
+from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, row_targets, select_rows
 from tests.callbacks.conftest import reference_rankme
 
 LENGTHS = [5, 3, 7, 1]  # real tokens per sequence; padded to 7
@@ -145,7 +147,8 @@ def test_cnn_feature_maps_pooled_over_space(tmp_path) -> None:
     val = images(64, seed=1)
     trainer.fit(model, DataLoader(images(64, seed=0), batch_size=16), DataLoader(val, batch_size=16))
     assert monitor.layer_names == ["features.0", "features.1", "features.2"]
-    assert list(monitor.series) == ["rankme/features.0", "rankme/features.1", "rankme/features.2"]
+    # ILDR on the same pooled rows, classed by the (inputs, targets) batches' label of each image
+    assert list(monitor.series) == [f"{prefix}/features.{i}" for prefix in ("rankme", "ildr") for i in range(3)]
     assert all([p[0] for p in points] == [3, 6] for points in monitor.series.values())
     assert monitor.rows == {tag: 40 for tag in monitor.series}
     # the last point is the trained model on the first 40 validation images, each feature map averaged over H, W
@@ -155,3 +158,46 @@ def test_cnn_feature_maps_pooled_over_space(tmp_path) -> None:
             x = layer(x)  # (40, C, 8, 8)
             pooled = x.mean(dim=(2, 3)).numpy()  # (40, C)
             assert monitor.series[f"rankme/features.{i}"][-1][1] == pytest.approx(reference_rankme(pooled), rel=1e-6)
+
+
+def where_from(batch: int, seq: int) -> torch.Tensor:
+    """(B, T, 2) hidden states that hold their own (example, position): a selected row says where it came from."""
+    index = torch.stack(torch.meshgrid(torch.arange(batch), torch.arange(seq), indexing="ij"), dim=-1)
+    return index.to(torch.float64)
+
+
+@pytest.mark.parametrize("selector", ["target", "answer", "first_answer", "last", "all"])
+def test_row_targets_are_the_targets_at_the_rows_each_selector_takes(selector: str) -> None:
+    """ILDR's classes: the batch's target at each row, row for row (capgeo's answer mask, or a per-position target
+    where every real position has one, the last one dropped by the attention mask)."""
+    generator = torch.Generator().manual_seed(0)
+    targets = torch.randint(0, 9, (4, 6), generator=generator)
+    attention = torch.ones(4, 6, dtype=torch.long)
+    attention[1, 4:] = attention[3, 5:] = 0
+    if selector in ANSWER_SELECTORS or selector == "target":
+        mask = torch.zeros(4, 6, dtype=torch.bool)
+        mask[:, 3:5] = True
+        mask[2] = False  # an example without an answer
+        batch = {"input_ids": targets, "targets": targets, "answer_mask": mask}
+    else:  # Hugging Face's unshifted labels give the last real position none; aligned targets give every one
+        with pytest.raises(TargetsNotFound, match="have no target"):
+            row_targets({"input_ids": targets, "labels": targets, "attention_mask": attention}, selector)
+        batch = {"input_ids": targets, "targets": targets, "attention_mask": attention}
+    rows = select_rows(where_from(4, 6), batch, selector)
+    found = find_targets(batch).values
+    expected = found[rows[:, 0].long(), rows[:, 1].long()]
+    assert len(rows) > 0 and torch.equal(row_targets(batch, selector), expected)
+
+
+def test_row_targets_of_one_label_per_example_and_where_rows_have_none() -> None:
+    x, y = torch.randint(0, 9, (5, 4)), torch.randint(0, 3, (5,))
+    assert torch.equal(row_targets((x, y), "mean"), y) and torch.equal(row_targets((x, y), "last"), y)
+    with pytest.raises(TargetsNotFound, match="'all' takes have no target of their own"):
+        row_targets((x, y), "all")  # several rows of each example
+    dense = (x, torch.randint(0, 9, (5, 4)))
+    with pytest.raises(TargetsNotFound, match="'mean' takes have no target of their own"):
+        row_targets(dense, "mean")  # pooled over positions
+    with pytest.raises(TargetsNotFound, match="callable selector"):
+        row_targets(dense, lambda hidden, batch: hidden[:, 0])
+    with pytest.raises(TargetsNotFound, match="no targets found"):
+        row_targets(x, "mean")

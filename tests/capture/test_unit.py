@@ -1,5 +1,5 @@
 """The hidden-state measuring unit: the Lightning monitors, the Hugging Face callback and offline analysis all drive
-it, so the same batch gives the same RankMe and probe values through each."""
+it, so the same batch gives the same RankMe, ILDR and probe values through each."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from torch.utils.data import DataLoader
 
 from capgeo_callbacks import LinearProbeMonitor, RankMeMonitor
 from capgeo_callbacks.capture.unit import HiddenStateUnit, ProbeUnit, RankMeUnit
+from capgeo_callbacks.measures.ildr import ildr
+from capgeo_callbacks.measures.rankme import rankme
 from capgeo_callbacks.offline import analyze
+from capgeo_callbacks.run.failures import WarnOnce
 from tests.offline.conftest import LIVE_TAG, N_SEQ, HFModule, save_rows, tiny_neox
 
 ROWS = 2 * N_SEQ  # the answer positions of the probe rows: two a sequence
@@ -58,7 +61,9 @@ def test_a_unit_given_no_selector_or_rows_chooses_them_and_says_only_what_was_as
     model = nn.Sequential(nn.Embedding(11, 8), nn.Linear(8, 8))
     batch = (torch.randint(0, 11, (6, 5)), torch.randint(0, 11, (6, 5)))
     said: list[str] = []
-    default, given = RankMeUnit(warn=lambda key, message: said.append(message)), RankMeUnit("target", 64)
+    # without ILDR, undefined on 6 rows of 11 classes (test_ildr_of_the_rows_rankme_reads)
+    default = RankMeUnit(warn=lambda key, message: said.append(message), ildr_prefix=None)
+    given = RankMeUnit("target", 64, ildr_prefix=None)
     given.warn = lambda key, message: said.append(f"given: {message}")
     for unit in (default, given):
         unit.watch(["1"])
@@ -112,16 +117,67 @@ def test_the_same_batch_gives_the_same_values_live_under_hugging_face_and_offlin
     summary = analyze(folder, probe_file=save_rows(tmp_path / "rows.pt", probe_rows, keys), selector="target",
                       num_rows=ROWS, probes=True, batch_size=32)
     [revision] = summary["revisions"]
-    offline = {**{f"rankme/{label}": value for label, value in revision["rankme"].items()},
-               **{f"probe_acc/{label}": value for label, value in revision["probe_acc"].items()}}
+    measures = ("rankme", "ildr", "probe_acc")
+    offline = {f"{prefix}/{label}": value for prefix in measures for label, value in revision[prefix].items()}
 
-    assert set(hf) == set(offline) == {f"{prefix}/{label}" for prefix in ("rankme", "probe_acc") for label in LIVE_TAG}
+    assert set(hf) == set(offline) == {f"{prefix}/{label}" for prefix in measures for label in LIVE_TAG}
     for label, module in LIVE_TAG.items():  # Hugging Face's labels, and the modules hooked live
-        for prefix in ("rankme", "probe_acc"):
+        for prefix in measures:
             value = live[f"{prefix}/{module}"]
             assert hf[f"{prefix}/{label}"] == pytest.approx(value, rel=1e-6), (prefix, label)
             assert offline[f"{prefix}/{label}"] == pytest.approx(value, rel=1e-6), (prefix, label)
     assert summary["rows"] == {tag: ROWS for tag in offline} and callback.rows == summary["rows"]
     # every value came from the one unit, through each adapter
-    assert computed == {name: [f"{'RankMeUnit' if tag.startswith('rankme/') else 'ProbeUnit'} {tag}" for tag in values]
+    unit_of = {"rankme": "RankMeUnit", "ildr": "RankMeUnit", "probe_acc": "ProbeUnit"}
+    assert computed == {name: [f"{unit_of[tag.split('/')[0]]} {tag}" for tag in values]
                         for name, values in (("lightning", live), ("hugging face", hf), ("offline", offline))}
+
+
+def answer_batch(seed: int, examples: int = 64) -> dict[str, torch.Tensor]:
+    """capgeo's answer-mask batch: a question of 4 tokens, an answer of 2 (the first: the question's first token)."""
+    ids = torch.randint(0, 5, (examples, 7), generator=torch.Generator().manual_seed(seed))
+    ids[:, 4] = ids[:, 0]
+    mask = torch.zeros(examples, 7, dtype=torch.bool)
+    mask[:, 3:5] = True  # positions 3 and 4 predict the answer tokens 4 and 5
+    return {"input_ids": ids, "targets": torch.roll(ids, -1, dims=1), "answer_mask": mask}
+
+
+def test_ildr_of_the_rows_rankme_reads() -> None:
+    """ILDR beside RankMe, on the same rows (here one per example, where the first answer token is predicted), classed
+    by the target at each row: as the pure function gives it on those rows."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(5, 8), nn.Linear(8, 8))
+    batches = [answer_batch(seed) for seed in (1, 2)]
+    unit = RankMeUnit("first_answer", 100)
+    unit.watch(["0", "1"])
+    unit.attach(model)
+    for batch in batches:
+        unit.update(batch)
+        model(batch["input_ids"])
+    result = unit.compute()
+    assert list(result.values) == ["rankme/0", "rankme/1", "ildr/0", "ildr/1"] and unit.tags == list(result.values)
+    assert result.rows == dict.fromkeys(result.values, 100)
+    ids = torch.cat([batch["input_ids"] for batch in batches])[:100]
+    with torch.no_grad():
+        rows = model(ids)[:, 3]  # position 3 predicts the first answer token, ids[:, 4]
+    assert result.values["ildr/1"] == pytest.approx(ildr(rows, ids[:, 4]), rel=1e-12)
+    assert result.values["rankme/1"] == pytest.approx(rankme(rows), rel=1e-12)
+
+
+def test_rows_without_targets_keep_rankme_and_say_once_that_ildr_is_left_out() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(5, 8), nn.Linear(8, 8))
+    said: list[str] = []
+    unit = RankMeUnit("first_answer", 128, warn=WarnOnce(emit=said.append))  # the monitors' warn-once
+    unit.watch(["1"])
+    plain = {key: value for key, value in answer_batch(3).items() if key != "targets"}  # no targets
+    for batches in ([answer_batch(1), plain], [plain, plain]):  # some rows without targets, then none with one
+        unit.attach(model)
+        for batch in batches:
+            unit.update(batch)
+            model(batch["input_ids"])
+        result = unit.compute()
+        assert list(result.values) == ["rankme/1"] and result.rows == {"rankme/1": 128}
+    assert len(said) == 1 and said[0].startswith("ILDR needs the target of every row RankMe reads (no targets found")
+    assert unit.capture.unlabelled_reason is None  # dropped with the rows
+

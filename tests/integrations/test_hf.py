@@ -21,6 +21,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 from capgeo_callbacks.detection import DetectionSettings  # noqa: E402
 from capgeo_callbacks.integrations.hf import ACC_KEY, CapgeoTrainerCallback  # noqa: E402
 from tests.callbacks.conftest import reference_rankme  # noqa: E402
+from tests.measures.test_ildr import reference_ildr  # noqa: E402
 
 DIGITS, SEP = 6, 10  # "d1 .. d6 SEP d6 .. d1": 13 tokens
 MAX_STEPS = 40
@@ -89,7 +90,7 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
     for label in LABELS:
         assert [p[0] for p in callback.series[f"rankme/{label}"]] == steps
         assert [p[0] for p in callback.series[f"probe_acc/{label}"]] == steps
-    assert callback.rows == {f"{kind}/{label}": 256 for kind in ("rankme", "probe_acc") for label in LABELS}
+    assert callback.rows == {f"{kind}/{label}": 256 for kind in ("rankme", "ildr", "probe_acc") for label in LABELS}
     # the Trainer's budget and warm-up (none here) reach the rules and the summary as run facts
     assert {key: callback.summary[key] for key in ("task", "max_steps", "warmup_steps")} == {
         "task": "reverse", "max_steps": 40, "warmup_steps": 0}
@@ -99,9 +100,13 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
     with torch.no_grad():
         hidden = model(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"],
                        output_hidden_states=True).hidden_states
+    answers = rows["targets"][rows["answer_mask"]][:256]  # ILDR's classes: the answer token each row predicts
     for label, states in zip(LABELS, hidden, strict=True):
         z = states[rows["answer_mask"]][:256].numpy()
         assert callback.series[f"rankme/{label}"][-1][1] == pytest.approx(reference_rankme(z), rel=1e-5)
+        assert callback.series[f"ildr/{label}"][-1][1] == pytest.approx(
+            reference_ildr(torch.from_numpy(z), answers), rel=1e-5)
+        assert [p[0] for p in callback.series[f"ildr/{label}"]] == steps
 
     # the Trainer's own log history holds every measurement at its step, and without any report_to integration a
     # callback after this one gets each as a log event at that step, apart from the Trainer's own logs
@@ -119,6 +124,7 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
     assert list(summary["layers"]) == LABELS
     assert summary["selectors"] == {"rankme": "target", "probe_acc": "target"}  # the answer positions here
     assert [p[0] for p in summary["series"]["acc"]] == steps
+    assert [p[0] for p in summary["series"]["ildr/embed"]] == steps
     assert len(summary["series"][ACC_KEY.replace("acc", "logprob")]) == len(steps)
     assert summary["parameters"] == sum(p.numel() for p in model.parameters())
 
@@ -140,7 +146,8 @@ def test_hugging_face_labels_give_accuracy_loss_and_probes_without_configuration
         train(tmp_path, [callback])
     assert not [str(w.message) for w in caught if "CapgeoTrainerCallback" in str(w.message)]
     assert callback.selector == "target" and callback.probes and callback.num_rows == 48 * DIGITS
-    assert callback.rows == {f"{kind}/{label}": 48 * DIGITS for kind in ("rankme", "probe_acc") for label in LABELS}
+    assert callback.rows == {f"{kind}/{label}": 48 * DIGITS for kind in ("rankme", "ildr", "probe_acc")
+                             for label in LABELS}
     record = callback.session.scalars
     assert {"val/token_acc", "val/logprob", "val/loss"} <= set(record)
     assert record["val/loss"][-1][1] == pytest.approx(-record["val/logprob"][-1][1])

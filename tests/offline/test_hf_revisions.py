@@ -76,7 +76,7 @@ def test_answer_mask_selects_answer_rows_and_scores_the_answer(hf_revisions, pro
     right = (logits.argmax(-1) == probe_rows["targets"]) | ~probe_rows["answer_mask"]
     assert entry["acc"] == pytest.approx(right.all(dim=1).float().mean().item(), abs=1e-12)
     assert set(entry["probe_acc"]) == set(LIVE_TAG)
-    assert summary["rows"] == {f"{p}/{label}": 150 for p in ("rankme", "probe_acc") for label in LIVE_TAG}
+    assert summary["rows"] == {f"{p}/{label}": 150 for p in ("rankme", "ildr", "probe_acc") for label in LIVE_TAG}
     assert summary["selectors"] == {"rankme": "answer", "probe_acc": "answer"}
 
 

@@ -76,6 +76,8 @@ def test_offline_analysis_gives_the_live_runs_alerts_and_summary(trained_run: Tr
     probed = [p[0] for p in offline["series"]["probe_acc/norm_f"]]
     assert probed == [p[0] for p in live["series"]["probe_acc/norm_f"]] == [
         p[0] for p in live["series"]["acc"]][::PROBE_EVERY]  # at the evaluations the live monitor measured
-    assert offline["rows"] == {f"{p}/{layer}": NUM_ROWS for p in ("rankme", "probe_acc") for layer in offline["layers"]}
+    measures = ("rankme", "ildr", "probe_acc")
+    assert offline["rows"] == {f"{p}/{layer}": NUM_ROWS for p in measures for layer in offline["layers"]}
+    assert {tag for entry in offline["revisions"] for tag in entry["ildr"]} == measured  # ILDR on RankMe's rows
     assert offline["analysis"]["watched"] == list(LAYERS) and offline["analysis"]["num_rows"] == NUM_ROWS
     assert [r["name"] for r in offline["skipped_revisions"]] == ["last.ckpt"]  # same step and weights as step=36

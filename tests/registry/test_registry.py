@@ -181,8 +181,8 @@ def test_the_registry_holds_capgeos_measures_with_their_measured_defaults() -> N
         "llc": {"every_n_evals": 32, "num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
     }
     assert [key for spec in BUILTIN_MEASURES for key in spec.keys] == [
-        "rankme/<layer>", "probe_acc/<layer>", "weight_norm/global", "weight_norm/<layer>", "grad_erank",
-        "grad_cov_rank", "grad_cov_numerical_rank",
+        "rankme/<layer>", "ildr/<layer>", "probe_acc/<layer>", "weight_norm/global", "weight_norm/<layer>",
+        "grad_erank", "grad_cov_rank", "grad_cov_numerical_rank",
         "hessian/eig_<i>", "llc", "llc_std", "llc_fraction_below_init"]
 
 
