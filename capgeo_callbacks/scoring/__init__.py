@@ -1,5 +1,6 @@
 """What a warning or a forecast is worth, on any folder of runs: ``python -m capgeo_callbacks.scoring RUNS``
-(:mod:`capgeo_callbacks.scoring.scores`; who will learn: :mod:`capgeo_callbacks.scoring.discrimination`)."""
+(:mod:`capgeo_callbacks.scoring.scores`; who will learn: :mod:`capgeo_callbacks.scoring.discrimination`; whether one
+probability beats another on the same runs: :mod:`capgeo_callbacks.scoring.paired`)."""
 
 from capgeo_callbacks.scoring.discrimination import (
     LEGEND,
@@ -9,6 +10,7 @@ from capgeo_callbacks.scoring.discrimination import (
     discrimination,
     discrimination_table,
 )
+from capgeo_callbacks.scoring.paired import Difference, paired_difference
 from capgeo_callbacks.scoring.scores import (
     FRACTIONS,
     Rate,
@@ -29,6 +31,7 @@ __all__ = [
     "LEGEND",
     "SHARES",
     "Auroc",
+    "Difference",
     "Rate",
     "ScoredRun",
     "auroc",
@@ -40,6 +43,7 @@ __all__ = [
     "forecast_table",
     "load_runs",
     "main",
+    "paired_difference",
     "same_run",
     "warning_scores",
     "warning_table",

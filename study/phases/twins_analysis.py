@@ -1,0 +1,523 @@
+r"""Twins: the registered test's analysis (issue 44; spec section 16). Does the geometry add to what the accuracy,
+the losses and the weight norm tell about which twins will acquire?
+
+    python -m study.phases.twins_analysis fit   # the calibration twins -> study/twins_fitted.json (frozen)
+
+Twins share every setting and differ only in their seed (:mod:`study.phases.twins`); a summary's ``cell`` names its
+setting, ``grok-...`` cells are the grokking family, the others capgeo's tasks. Everything here is computed from the
+committed summaries; nothing is fitted on a held-out twin.
+
+**Landmarks.** At 10%, 25% and 50% of the budget (25% primary), among the non-control runs not yet acquired then
+(:func:`~capgeo_callbacks.scoring.discrimination.population`): one row a run, its series up to that point.
+
+**Features** travel across tasks: changes and ratios against the run's own early values, never raw levels of a
+series whose scale is the model's (:func:`landmark_features`).
+
+- *Base* (:data:`BASE`): the live probability's own features
+  (:func:`~capgeo_callbacks.rules.survival.survival_features`): the accuracy (mean of the last three evaluations),
+  its gain over the first evaluation and its slope over the last tenth of the budget; the validation loss's fall
+  (``log first / current``) and the slope of its log; the weight norm's log change since the first evaluation and
+  its slope; the same fall and slope of the training loss; and their gap on the log scale,
+  ``log(val/loss) - log(train/loss)`` (each the mean of its last three values), which is the gap
+  ``val - train`` made free of the loss's scale.
+- *Geometry* (:data:`GEOMETRY`), added to base in the second model. RankMe of each watched layer: its log change
+  since its **early value** (the first evaluation at or after the warm-up's end, the learning rate's peak; the
+  first evaluation without a warm-up; while the warm-up lasts, the latest one, so the change is 0), its drop from
+  its running maximum since then (``(max - last) / max``) and the slope of its log over the last tenth of the
+  budget. RankMe at initialisation is the architecture's, and during warm-up every run moves alike, so the early
+  value is taken where the run's own learning starts. Layers differ between models, so two summaries travel: the
+  **last** (deepest) watched layer, the last RankMe series a run records (they are recorded shallowest first), and
+  the **mean** over its layers. The probe: the deepest probed layer's accuracy gain over its first measurement (an
+  accuracy: no scale to remove). ILDR (``ildr/<layer>``, where a run records it): its log change since its early
+  value, last layer and mean. Every geometric feature is a log ratio, a ratio or a slope of a log: multiplying a
+  run's RankMe (or ILDR) by any constant leaves it unchanged.
+- *Missing values* (a probe not measured yet, a series a run does not record, a slope with one point): the
+  feature is imputed 0 (no change) and a 0/1 indicator per group (:data:`MISSING`) says so; no row is dropped.
+  The fit records how many rows each indicator flagged.
+
+**Models.** Two of one kind, per landmark: scikit-learn's ``LogisticRegression`` (L2), the features standardised
+with the calibration rows' mean and standard deviation (a constant column is left unscaled), the penalty ``C``
+chosen from :data:`C_GRID` by the out-of-fold log loss of ``StratifiedGroupKFold`` grouped by run (each run's
+rows in one fold; :data:`FOLDS` folds, fewer where a kind has fewer runs), the smaller ``C`` on a tie. Both models
+see the same folds. :func:`fit` returns plain numbers (JSON); :func:`predict` needs numpy alone.
+
+**The primary endpoint** (:func:`compare`, :func:`decide`): at 25% of the budget, among the held-out runs not yet
+acquired, the paired difference in log loss, base minus base + geometry (nats a run; positive: the geometry
+helps), the mean over runs with a 95% percentile bootstrap interval that resamples runs within cells
+(:func:`~capgeo_callbacks.scoring.paired.paired_difference`, seeded numpy). Decision: **adds** where the lower
+bound is above 0; **adds nothing** where the upper bound is below the registered margin; otherwise
+**inconclusive**, and inconclusive too where n < 2 or every resample gives one difference (a tie: nothing to
+judge). One per family and pooled. Beside it: the paired AUROC difference within cell (pairs of one acquirer and
+one non-acquirer of the same cell: which twins, not which cells), the Brier scores, the 10% and 50% landmarks.
+
+**Rules** (:func:`rule_leads`): each a score on a run's series so far (or a capgeo rule, 1 once it has alerted),
+its alert's operating point chosen on the calibration twins
+(:func:`~capgeo_callbacks.scoring.operating.choose_operating_point`: at most 20% of calibration twins that never
+acquire and no control alert), its held-out lead in steps and as a share of the time to acquisition, false alarms
+and controls that alert (:func:`~capgeo_callbacks.scoring.warning_scores`); the best geometric rule is named on
+calibration (:func:`best_geometric`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from capgeo_callbacks.keys import ACC, PROBE_ACC, RANKME, TRAIN_LOSS, VAL_LOSS
+from capgeo_callbacks.rules import Rule, RunView, make_rule
+from capgeo_callbacks.rules.survival import WINDOW, survival_features
+from capgeo_callbacks.scoring.discrimination import MIN_GROUP, SHARES, population
+from capgeo_callbacks.scoring.operating import (
+    MAX_FALSE_RATE,
+    THRESHOLDS,
+    Path,
+    choose_operating_point,
+    fired_at,
+    score_path,
+)
+from capgeo_callbacks.scoring.paired import RESAMPLES, Difference, metric, paired_difference
+from capgeo_callbacks.scoring.scores import ScoredRun, first_warning, scored_run, warning_scores
+from launch import ROOT
+from study.phases.twins import FOLDER
+
+FITTED = ROOT / "study" / "twins_fitted.json"
+REGISTRATION = ROOT / "study" / "twins_registration.json"  # committed after the pilots (the template's draft)
+ILDR = "ildr/"  # ILDR of each watched layer (issue 44): keys.ILDR once the measure lands there
+LANDMARKS = SHARES  # 10%, 25%, 50% of the budget
+PRIMARY = 0.25
+FAMILIES = ("tasks", "grokking")
+C_GRID = tuple(float(c) for c in np.logspace(-3, 2, 11))  # 0.001 to 100, two to a decade
+FOLDS = 5
+RECENT = 3  # a series' current value: the mean of its last three finite values
+
+SURVIVAL = ("acc", "acc_gain", "acc_slope", "loss_drop", "loss_slope", "norm_change", "norm_slope")
+BASE = ("acc", "acc_gain", "acc_slope", "val_loss_drop", "val_loss_slope", "train_loss_drop", "train_loss_slope",
+        "loss_gap", "norm_change", "norm_slope")
+GEOMETRY = ("rankme_change_last", "rankme_change_mean", "rankme_drop_last", "rankme_drop_mean",
+            "rankme_slope_last", "rankme_slope_mean", "probe_gain", "ildr_change_last", "ildr_change_mean")
+MISSING = {"missing_base": BASE, "missing_rankme": GEOMETRY[:6], "missing_probe": ("probe_gain",),
+           "missing_ildr": GEOMETRY[7:]}  # indicator -> the features it flags
+MODELS = {"base": (*BASE, "missing_base"),
+          "geometry": (*BASE, "missing_base", *GEOMETRY, "missing_rankme", "missing_probe", "missing_ildr")}
+ADDS, NOTHING, INCONCLUSIVE = "adds", "adds nothing", "inconclusive"
+
+
+# ------------------------------------------------------------------------------------------- runs
+
+
+def family(cell: str) -> str:
+    """``grokking`` for a ``grok-...`` cell, else ``tasks`` (capgeo's tasks)."""
+    return "grokking" if str(cell).startswith("grok-") else "tasks"
+
+
+def twin_run(summary: Mapping[str, Any]) -> ScoredRun | None:
+    """A twin as the scorer sees it: its cell as its task (so per-task tables are per cell), its family as its
+    difficulty, a grokking control (``control``) as a shuffled-answer one; None with fewer than two evaluations."""
+    cell = str(summary.get("cell"))
+    seed = summary.get("seed", (summary.get("settings") or {}).get("seed"))
+    facts = {**summary, "task": cell, "difficulty": family(cell), "seed": seed,
+             "shuffled_answers": bool(summary.get("shuffled_answers") or summary.get("control"))}
+    return scored_run(facts, str(summary.get("name") or f"{cell}-s{seed}"))
+
+
+def twin_runs(summaries: Sequence[Mapping[str, Any]]) -> list[ScoredRun]:
+    runs = [twin_run(summary) for summary in summaries]
+    return [run for run in runs if run is not None]
+
+
+def cell_of(run: ScoredRun) -> str:
+    return str(run.summary.get("task"))
+
+
+# ------------------------------------------------------------------------------------------- features
+
+
+def early_index(view: RunView) -> int:
+    """The first evaluation at or after the warm-up's end (0 without a warm-up; the latest while it lasts)."""
+    warmup = view.warmup_steps or 0
+    return next((i for i, step in enumerate(view.steps) if step >= warmup), len(view.steps) - 1)
+
+
+def relative(view: RunView, tag: str, budget: float, start: int) -> tuple[float, float, float]:
+    """A positive series' ``(log change since its early value, drop from its running max, slope of its log)``
+    from evaluation ``start`` on (module docstring); NaN where it has no finite positive value there."""
+    share = np.array(view.steps, dtype=float) / budget
+    values = np.array(view.values(tag), dtype=float)
+    keep = np.isfinite(values) & (values > 0)
+    keep[:start] = False
+    if not keep.any():
+        return math.nan, math.nan, math.nan
+    x, v = share[keep], values[keep]
+    logs = np.log(v)
+    change = float(np.log(v[-RECENT:].mean()) - logs[0])
+    drop = float((v.max() - v[-1]) / v.max())
+    recent = x >= share[-1] - WINDOW
+    slope = float(np.polyfit(x[recent], logs[recent], 1)[0]) if recent.sum() > 1 and np.ptp(x[recent]) > 0 else 0.0
+    return change, drop, slope
+
+
+def _layers(view: RunView, prefix: str, budget: float, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the deepest layer's, the mean over layers of) :func:`relative` for every series under ``prefix``."""
+    found = np.array([relative(view, tag, budget, start) for tag in view.tags(prefix)]).reshape(-1, 3)
+    defined = np.isfinite(found)
+    if not defined.any():
+        return np.full(3, math.nan), np.full(3, math.nan)
+    mean = np.where(defined, found, 0.0).sum(axis=0) / np.maximum(defined.sum(axis=0), 1)
+    return found[-1], np.where(defined.any(axis=0), mean, math.nan)  # the mean over the layers that define it
+
+
+def _recent(view: RunView, tag: str) -> float:
+    values = np.array(view.values(tag), dtype=float)
+    values = values[np.isfinite(values)]
+    return float(values[-RECENT:].mean()) if len(values) else math.nan
+
+
+def landmark_features(view: RunView, budget: float) -> dict[str, float]:
+    """Every feature of :data:`BASE` and :data:`GEOMETRY` at the latest evaluation of ``view`` (module docstring),
+    NaN where not defined."""
+    survival = survival_features(view, budget, SURVIVAL)
+    # the training loss through the same two features as the validation loss
+    as_val = RunView(view.steps, {ACC: view.values(ACC), VAL_LOSS: view.values(TRAIN_LOSS)}, view.info)
+    train = survival_features(as_val, budget, ("loss_drop", "loss_slope"))
+    val_loss, train_loss = _recent(view, VAL_LOSS), _recent(view, TRAIN_LOSS)
+    gap = math.log(val_loss / train_loss) if val_loss > 0 and train_loss > 0 else math.nan
+    start = early_index(view)
+    rankme_last, rankme_mean = _layers(view, RANKME, budget, start)
+    ildr_last, ildr_mean = _layers(view, ILDR, budget, start)
+    probes = view.tags(PROBE_ACC)
+    probe = np.array(view.values(probes[-1]) if probes else (), dtype=float)
+    probe = probe[np.isfinite(probe)]
+    return {
+        "acc": survival["acc"], "acc_gain": survival["acc_gain"], "acc_slope": survival["acc_slope"],
+        "val_loss_drop": survival["loss_drop"], "val_loss_slope": survival["loss_slope"],
+        "train_loss_drop": train["loss_drop"], "train_loss_slope": train["loss_slope"], "loss_gap": gap,
+        "norm_change": survival["norm_change"], "norm_slope": survival["norm_slope"],
+        "rankme_change_last": rankme_last[0], "rankme_change_mean": rankme_mean[0],
+        "rankme_drop_last": rankme_last[1], "rankme_drop_mean": rankme_mean[1],
+        "rankme_slope_last": rankme_last[2], "rankme_slope_mean": rankme_mean[2],
+        "probe_gain": float(probe[-1] - probe[0]) if len(probe) else math.nan,
+        "ildr_change_last": ildr_last[0], "ildr_change_mean": ildr_mean[0],
+    }
+
+
+def vector(features: Mapping[str, float], names: Sequence[str]) -> np.ndarray:
+    """``names`` of ``features`` as numbers: a feature not defined imputed 0 (no change), an indicator of
+    :data:`MISSING` 1 where any feature it flags is not defined."""
+    def finite(name: str) -> bool:
+        value = features.get(name, math.nan)
+        return value is not None and math.isfinite(value)
+
+    return np.array([float(not all(finite(flagged) for flagged in MISSING[name])) if name in MISSING
+                     else (float(features[name]) if finite(name) else 0.0) for name in names])
+
+
+# ------------------------------------------------------------------------------------------- models
+
+
+def cv_folds(outcomes: Sequence[int], groups: Sequence[object], folds: int = FOLDS, seed: int = 0
+             ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``StratifiedGroupKFold`` splits (train, validation) in which each group's rows fall in one validation fold:
+    at most ``folds``, no more than the runs of the rarer kind; none where that is fewer than 2."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    y, labels = np.asarray(outcomes, dtype=int), np.array([str(group) for group in groups])
+    splits = min(folds, *(len(set(labels[y == kind])) for kind in (0, 1)))
+    if splits < 2:
+        return []
+    folder = StratifiedGroupKFold(n_splits=splits, shuffle=True, random_state=seed)
+    return list(folder.split(np.zeros(len(y)), y, labels))
+
+
+def fit_logistic(x: np.ndarray, outcomes: Sequence[int], groups: Sequence[object],
+                 grid: Sequence[float] = C_GRID, folds: int = FOLDS, seed: int = 0) -> dict[str, Any]:
+    """An L2 logistic regression on standardised ``x``, its ``C`` chosen by grouped cross-validation (module
+    docstring), as plain numbers."""
+    from sklearn.linear_model import LogisticRegression
+
+    y = np.asarray(outcomes, dtype=int)
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0  # a constant column: centred to 0, its coefficient irrelevant
+    z = (x - mean) / scale
+    splits = cv_folds(y, groups, folds, seed)
+    losses: dict[float, float] = {}
+    for c in grid if splits else ():
+        out_of_fold = np.empty(len(y))
+        for train, test in splits:
+            model = LogisticRegression(C=c, max_iter=10_000).fit(z[train], y[train])
+            out_of_fold[test] = model.predict_proba(z[test])[:, 1]
+        losses[c] = float(metric("log_loss", y, out_of_fold)[0])
+    chosen = min(losses, key=lambda c: (losses[c], c)) if losses else 1.0  # no CV possible: sklearn's default
+    model = LogisticRegression(C=chosen, max_iter=10_000).fit(z, y)
+    return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": model.coef_[0].tolist(),
+            "intercept": float(model.intercept_[0]), "C": chosen, "folds": len(splits),
+            "cv_log_loss": {f"{c:.6g}": loss for c, loss in losses.items()}}
+
+
+def _rows(runs: Sequence[ScoredRun], share: float) -> tuple[list, list[dict[str, float]], dict[str, int]]:
+    kept, left = population(runs, share)
+    rows = [landmark_features(run.view.prefix(end), float(run.view.max_steps)) for run, end, _ in kept]  # type: ignore
+    return kept, rows, left
+
+
+def fit(calibration: Sequence[Mapping[str, Any]], landmarks: Sequence[float] = LANDMARKS,
+        grid: Sequence[float] = C_GRID, folds: int = FOLDS, seed: int = 0) -> dict[str, Any]:
+    """Both models at each landmark, fitted on the calibration twins' summaries (module docstring): a dict of plain
+    numbers to freeze as JSON. A landmark with fewer than :data:`MIN_GROUP` runs of a kind gets no models
+    (``models`` None, with the reason)."""
+    import sklearn
+
+    runs = twin_runs(calibration)
+    fits: dict[str, Any] = {}
+    for share in landmarks:
+        kept, rows, left = _rows(runs, share)
+        y = [int(positive) for *_, positive in kept]
+        groups = [run.name for run, *_ in kept]  # grouped by run
+        entry: dict[str, Any] = {"runs": len(kept), "acquire_later": sum(y), "never": len(y) - sum(y),
+                                 "left_out": left, "imputed": {name: int(sum(vector(row, [name])[0] for row in rows))
+                                                               for name in MISSING}}
+        if min(sum(y), len(y) - sum(y)) < MIN_GROUP:
+            entry.update(models=None, reason=f"{sum(y)} runs acquire later and {len(y) - sum(y)} never do: fewer "
+                                             f"than {MIN_GROUP} of a kind")
+        else:
+            entry["models"] = {name: {"features": list(names),
+                                      **fit_logistic(np.array([vector(row, names) for row in rows]), y, groups,
+                                                     grid, folds, seed)} for name, names in MODELS.items()}
+        fits[f"{share:g}"] = entry
+    return {"what": "twins: base and base + geometry logistic models per landmark (study.phases.twins_analysis)",
+            "landmarks": [float(share) for share in landmarks], "grid": [float(c) for c in grid], "folds": folds,
+            "seed": seed, "scikit_learn": sklearn.__version__, "calibration_runs": sorted(run.name for run in runs),
+            "fits": fits}
+
+
+def probability(model: Mapping[str, Any], features: Mapping[str, float]) -> float:
+    """A frozen model's probability of acquisition within the budget for ``features``."""
+    z = (vector(features, model["features"]) - np.array(model["mean"])) / np.array(model["scale"])
+    logit = model["intercept"] + float(np.dot(model["coef"], z))
+    return float(0.5 * (1.0 + math.tanh(0.5 * logit)))  # the logistic function, without overflow
+
+
+def _models(frozen: Mapping[str, Any], share: float) -> Mapping[str, Any] | None:
+    entry = frozen["fits"].get(f"{share:g}")
+    return None if entry is None else entry["models"]
+
+
+def predict(frozen: Mapping[str, Any], summary: Mapping[str, Any], share: float, model: str = "geometry"
+            ) -> float | None:
+    """The frozen ``model``'s (``base`` or ``geometry``) probability that the run of ``summary`` acquires within its
+    budget, read at ``share`` of it; None where the run is not in the landmark's population (a control, acquired
+    already, no evaluation yet) or the landmark has no models."""
+    run, models = twin_run(summary), _models(frozen, share)
+    kept = population([run], share)[0] if run is not None else []
+    if not kept or models is None:
+        return None
+    _, end, _ = kept[0]
+    return probability(models[model], landmark_features(run.view.prefix(end), float(run.view.max_steps)))  # type: ignore
+
+
+# ------------------------------------------------------------------------------------------- the endpoint
+
+
+def compare(frozen: Mapping[str, Any], runs: Sequence[ScoredRun], share: float = PRIMARY,
+            resamples: int = RESAMPLES, seed: int = 0) -> dict[str, Any]:
+    """Both models on ``runs`` at ``share`` of the budget: the paired log-loss difference (base minus geometry),
+    the paired AUROC difference within cell (geometry minus base) and the Brier difference (base minus geometry),
+    each with its bootstrap interval resampling runs within cells; with n per cell."""
+    kept, rows, left = _rows(runs, share)
+    cells: dict[str, list[int]] = {}
+    for run, _, positive in kept:
+        cells.setdefault(cell_of(run), [0, 0])[0 if positive else 1] += 1
+    found: dict[str, Any] = {"share": share, "n": len(kept), "cells": cells, "left_out": left}
+    models = _models(frozen, share)
+    if models is None:
+        return {**found, "log_loss": Difference("log_loss", len(kept)), "brier": Difference("brier", len(kept)),
+                "auroc": Difference("auroc", len(kept))}
+    y = [float(positive) for *_, positive in kept]
+    base = [probability(models["base"], row) for row in rows]
+    geometry = [probability(models["geometry"], row) for row in rows]
+    strata = [cell_of(run) for run, *_ in kept]
+    return {**found, "log_loss": paired_difference(y, base, geometry, "log_loss", strata, resamples, seed),
+            "brier": paired_difference(y, base, geometry, "brier", strata, resamples, seed),
+            "auroc": paired_difference(y, geometry, base, "auroc", strata, resamples, seed)}
+
+
+def decide(difference: Difference, margin: float) -> tuple[str, str]:
+    """The registered decision on the log-loss difference (base minus base + geometry) and why, in words."""
+    if not margin > 0:
+        raise ValueError(f"the margin is the smallest gain worth a user's compute, above 0; got {margin!r}")
+    if difference.value is None or difference.n < 2:
+        return INCONCLUSIVE, f"n = {difference.n}: too few runs to judge"
+    if difference.low == difference.high:
+        return INCONCLUSIVE, "every resample gives the same difference (a tie): nothing to judge"
+    if difference.low > 0:  # type: ignore[operator]
+        small = " (below the margin: a gain smaller than worth the compute)" if difference.high < margin else ""  # type: ignore
+        return ADDS, f"the interval's lower bound {difference.low:+.3f} is above 0{small}"
+    if difference.high < margin:  # type: ignore[operator]
+        return NOTHING, f"the interval's upper bound {difference.high:+.3f} is below the margin {margin:g}"
+    return INCONCLUSIVE, f"the interval [{difference.low:+.3f}, {difference.high:+.3f}] holds 0 and reaches the " \
+                         f"margin {margin:g}"
+
+
+def endpoints(frozen: Mapping[str, Any], runs: Sequence[ScoredRun], margin: float,
+              shares: Sequence[float] = LANDMARKS, resamples: int = RESAMPLES, seed: int = 0
+              ) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`compare` and :func:`decide` per family present and pooled, at each share: ``{scope: {share: ...}}``."""
+    scopes = {name: [run for run in runs if family(cell_of(run)) == name] for name in FAMILIES}
+    scopes = {**{name: found for name, found in scopes.items() if found}, "pooled": list(runs)}
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for scope, members in scopes.items():
+        for share in shares:
+            entry = compare(frozen, members, share, resamples, seed)
+            entry["decision"] = decide(entry["log_loss"], margin)
+            found.setdefault(scope, {})[f"{share:g}"] = entry
+    return found
+
+
+# ------------------------------------------------------------------------------------------- rules
+
+
+Signal = Callable[[RunView], float | None]
+
+
+@dataclass(frozen=True)
+class TwinRule:
+    """A rule whose lead is compared: a score on a run's series so far (its alert's threshold chosen on calibration
+    among ``thresholds``), or a capgeo :class:`~capgeo_callbacks.rules.Rule` (score 1 once it has alerted)."""
+
+    name: str
+    signal: Signal | Rule
+    geometric: bool
+    thresholds: tuple[float, ...] = THRESHOLDS
+
+
+def _feature(name: str, transform: Callable[[float], float] = float) -> Signal:
+    def value(view: RunView) -> float | None:
+        budget = view.max_steps
+        found = landmark_features(view, float(budget)).get(name, math.nan) if budget else math.nan
+        return transform(found) if math.isfinite(found) else None
+    return value
+
+
+MULTIPLES = (1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0)  # ILDR's rule: a multiple of its early value
+VAL_LOSS_RULE = "validation loss: its fall from the first value"
+
+
+def default_rules() -> list[TwinRule]:
+    """The rules the twins compare (issue 44): the study's RankMe rule, the probe crossing, ILDR's rule, a
+    validation-loss rule and an accuracy rule, with a continuous score of RankMe and of the probe beside them."""
+    return [
+        TwinRule("rankme: the study's rule", make_rule("study"), True),
+        TwinRule("rankme: drop from its max since warm-up (last layer)", _feature("rankme_drop_last"), True),
+        TwinRule("probe-crossing", make_rule("probe-crossing"), True),
+        TwinRule("probe: gain over its first", _feature("probe_gain"), True),
+        TwinRule("ildr: multiple of its early value (last layer)", _feature("ildr_change_last", math.exp), True,
+                 MULTIPLES),
+        TwinRule(VAL_LOSS_RULE, _feature("val_loss_drop", lambda fall: 1.0 - math.exp(-fall)), False),
+        TwinRule("loss-onset", make_rule("loss-onset"), False),
+        TwinRule("accuracy", _feature("acc"), False),
+    ]
+
+
+def signal_path(run: ScoredRun, signal: Signal | Rule) -> Path:
+    """The score at every evaluation of ``run`` (a capgeo rule: 1 from its first alert on)."""
+    if isinstance(signal, Rule):
+        fired = first_warning(signal, run.view)
+        return [(step, float(fired is not None and step >= fired)) for step in run.view.steps]
+    return score_path(run, signal)
+
+
+def lead_shares(runs: Sequence[ScoredRun], fired: Mapping[str, int | None]) -> dict[str, float]:
+    """Per non-control run that acquires: the alert's lead as a share of the time to acquisition, 0 where it did
+    not alert before acquisition."""
+    found = {}
+    for run in runs:
+        if run.control or run.acquisition is None:
+            continue
+        step = fired.get(run.name)
+        found[run.name] = (run.acquisition - step) / run.acquisition if step is not None and step < run.acquisition \
+            else 0.0
+    return found
+
+
+def rule_leads(rules: Sequence[TwinRule], calibration: Sequence[ScoredRun], heldout: Sequence[ScoredRun],
+               max_false_rate: float = MAX_FALSE_RATE) -> list[dict[str, Any]]:
+    """Per rule: its operating point chosen on ``calibration`` (None: no alert within the limits, and the rule is
+    off: it never alerts), and at it the warning scores (:func:`~capgeo_callbacks.scoring.warning_scores`) and lead
+    shares (:func:`lead_shares`) on the calibration and the held-out runs."""
+    found = []
+    for rule in rules:
+        paths = [(run, signal_path(run, rule.signal)) for run in calibration]
+        point = choose_operating_point(paths, max_false_rate, rule.thresholds)
+        entry: dict[str, Any] = {"rule": rule.name, "geometric": rule.geometric, "point": point}
+        for name, runs in (("calibration", calibration), ("heldout", heldout)):
+            if point is None:
+                fired: dict[str, int | None] = dict.fromkeys((run.name for run in runs), None)
+            else:
+                fired = fired_at(paths if name == "calibration" else
+                                 [(run, signal_path(run, rule.signal)) for run in runs], point)
+            entry[name] = warning_scores(rule.name, runs, fired)
+            entry[f"{name}_lead_shares"] = lead_shares(runs, fired)
+        found.append(entry)
+    return found
+
+
+def best_geometric(leads: Sequence[Mapping[str, Any]]) -> str | None:
+    """The geometric rule with the largest mean calibration lead share (misses count 0), then the most calibration
+    acquirers alerted, then the fewest false alarms; None where no geometric rule has an operating point."""
+    def key(entry: Mapping[str, Any]) -> tuple[float, int, int]:
+        shares = list(entry["calibration_lead_shares"].values())
+        return (float(np.mean(shares)) if shares else 0.0, entry["point"].recall.k, -entry["point"].false_alarms.k)
+
+    chosen = [entry for entry in leads if entry["geometric"] and entry["point"] is not None]
+    return max(chosen, key=key)["rule"] if chosen else None
+
+
+def lead_difference(leads: Sequence[Mapping[str, Any]], first: str, second: str, runs: Sequence[ScoredRun],
+                    resamples: int = RESAMPLES, seed: int = 0) -> Difference:
+    """The mean held-out lead share of rule ``first`` minus that of ``second`` over the held-out runs that acquire
+    (misses count 0; a rule that is off misses every run), paired, resampling runs within cells."""
+    entries = {entry["rule"]: entry for entry in leads}
+    acquirers = [run for run in runs if not run.control and run.acquisition is not None]
+    a, b = (entries[name]["heldout_lead_shares"] for name in (first, second))
+    return paired_difference([0.0] * len(acquirers), [a[run.name] for run in acquirers],
+                             [b[run.name] for run in acquirers], "mean", [cell_of(run) for run in acquirers],
+                             resamples, seed)
+
+
+# ------------------------------------------------------------------------------------------- command
+
+
+def load(phase: str) -> list[dict[str, Any]]:
+    """The committed summaries of ``phase`` (``calibration``, ``heldout``) under the twins' registration; none
+    while there is no registration and no run."""
+    from study.registrations.policy import load_registered
+
+    folder = FOLDER / phase
+    if REGISTRATION.exists():
+        return load_registered(folder, REGISTRATION) if folder.is_dir() else []
+    if any(folder.glob("*.json.gz")):
+        raise SystemExit(f"{folder} holds twins but {REGISTRATION.name} does not exist: no twin before the "
+                         "registration")
+    return []
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m study.phases.twins_analysis", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("fit", help=f"fit both models on the calibration twins, written to {FITTED.relative_to(ROOT)}")
+    parser.parse_args(argv)
+    calibration = load("calibration")
+    if not calibration:
+        raise SystemExit("no calibration twin yet: nothing to fit")
+    FITTED.write_text(json.dumps(fit(calibration), indent=1) + "\n")
+    print(FITTED.relative_to(ROOT))
+
+
+if __name__ == "__main__":
+    main()

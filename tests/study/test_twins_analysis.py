@@ -1,0 +1,180 @@
+"""The twins' analysis on synthetic twins with known answers: a geometry built to carry what the base series do not
+makes the endpoint "adds"; a geometry of pure noise does not; grouped cross-validation keeps a run's rows in one
+fold; the frozen fit survives JSON; the geometric features do not see a task's scale of RankMe."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from capgeo_callbacks.scoring.paired import Difference
+from study.phases import twins_analysis as twins
+from study.record import twins_report
+
+BUDGET, EVERY, WARMUP = 400, 10, 40
+
+
+def twin(cell: str, seed: int, informative: bool, control: bool = False) -> dict[str, Any]:
+    """A synthetic twin: it acquires (after half its budget) when ``z_loss + z_geometry > 0``; its validation and
+    training losses fall at a rate set by ``z_loss``, its RankMe (two layers) at one set by ``z_geometry`` when
+    ``informative``, else by noise of its own; the accuracy, probe and weight norm say nothing early."""
+    rng = np.random.default_rng([seed, *map(ord, cell)])
+    z_loss, z_geometry, noise = rng.normal(size=3)
+    acquires = not control and z_loss + z_geometry > 0
+    at = int(220 + 60 * rng.random()) // EVERY * EVERY if acquires else None
+    steps = range(0, BUDGET + 1, EVERY)
+    share = np.array(steps) / BUDGET
+    rate = 1.0 + 0.8 * (z_geometry if informative else noise)
+    loss = 3.0 * np.exp(-(0.6 + 0.3 * z_loss) * share) * np.exp(rng.normal(0, 0.01, len(share)))
+    series = {
+        "acc": [[s, 0.9 if at is not None and s >= at else float(0.02 * rng.random())] for s in steps],
+        "val/loss": [[s, float(v)] for s, v in zip(steps, loss, strict=True)],
+        "train/loss": [[s, float(v * 0.97)] for s, v in zip(steps, loss, strict=True) if s > 0],
+        "weight_norm/global": [[s, float(20 + s / BUDGET + rng.normal(0, 0.05))] for s in steps],
+        "lr": [[s, 1e-3 * min(1.0, s / WARMUP)] for s in steps],
+        "probe_acc/blocks.1": [[s, float(0.25 + 0.02 * rng.random())] for s in steps[::4]],
+    }
+    for layer, scale in (("blocks.0", 7.0), ("blocks.1", 14.0)):
+        values = scale * np.exp(-rate * share) * np.exp(rng.normal(0, 0.01, len(share)))
+        series[f"rankme/{layer}"] = [[s, float(v)] for s, v in zip(steps, values, strict=True)]
+    return {"name": f"{cell}-s{seed}{'-control' if control else ''}", "cell": cell, "seed": seed,
+            "max_steps": BUDGET, "warmup_steps": WARMUP, "steps": BUDGET, "shuffled_answers": control,
+            "acquisition_step": at, "series": series}
+
+
+def twins_of(informative: bool, seeds: range, cells: tuple[str, ...] = ("sort-medium-b400", "grok-add-f0.45-wd1"),
+             controls: int = 0) -> list[dict[str, Any]]:
+    return [twin(cell, seed, informative, control=seed < seeds.start + controls and controls > 0)
+            for cell in cells for seed in seeds]
+
+
+@pytest.fixture(scope="module")
+def informative() -> tuple[list, list, dict]:
+    calibration, heldout = twins_of(True, range(0, 30)), twins_of(True, range(100, 140))
+    return calibration, heldout, twins.fit(calibration, landmarks=(0.25,))
+
+
+def test_a_geometry_that_carries_what_the_base_does_not_adds(informative: tuple[list, list, dict]) -> None:
+    _, heldout, frozen = informative
+    found = twins.endpoints(frozen, twins.twin_runs(heldout), margin=0.02, shares=(0.25,), resamples=2000)
+    for scope in ("tasks", "grokking", "pooled"):
+        entry = found[scope]["0.25"]
+        assert entry["decision"][0] == twins.ADDS, (scope, entry["log_loss"])
+        assert entry["log_loss"].low > 0 and entry["auroc"].value > 0
+    assert found["pooled"]["0.25"]["n"] == 80 and found["tasks"]["0.25"]["n"] == 40
+    assert set(found["pooled"]["0.25"]["cells"]) == {"sort-medium-b400", "grok-add-f0.45-wd1"}
+
+
+def test_pure_noise_geometry_adds_nothing_it_is_sure_of() -> None:
+    calibration, heldout = twins_of(False, range(0, 30)), twins_of(False, range(100, 140))
+    frozen = twins.fit(calibration, landmarks=(0.25,))
+    runs = twins.twin_runs(heldout)
+    entry = twins.compare(frozen, runs, 0.25, resamples=2000)
+    difference = entry["log_loss"]
+    assert difference.low < 0.02 and abs(difference.value) < 0.1, difference
+    assert twins.decide(difference, margin=0.02)[0] != twins.ADDS
+    assert twins.decide(difference, margin=0.5)[0] == twins.NOTHING  # a wide margin: the interval lies below it
+
+
+def test_grouped_folds_never_split_a_run() -> None:
+    groups = [f"run{k // 3}" for k in range(60)]  # three rows a run
+    outcomes = [int(k // 3 % 2 == 0) for k in range(60)]
+    folds = twins.cv_folds(outcomes, groups, folds=5)
+    assert len(folds) == 5
+    for train, test in folds:
+        assert not {groups[i] for i in train} & {groups[i] for i in test}
+        assert {outcomes[i] for i in test} == {0, 1}
+    assert sorted(i for _, test in folds for i in test) == list(range(60))
+    assert twins.cv_folds([1, 0, 0], ["a", "b", "c"]) == []  # one run of a kind: no cross-validation
+
+
+def test_the_frozen_fit_round_trips_through_json(informative: tuple[list, list, dict]) -> None:
+    _, heldout, frozen = informative
+    thawed = json.loads(json.dumps(frozen))
+    assert thawed == frozen
+    model = thawed["fits"]["0.25"]["models"]["geometry"]
+    assert model["C"] in twins.C_GRID and model["folds"] == 5 and len(model["coef"]) == len(twins.MODELS["geometry"])
+    for summary in heldout[:5]:
+        for name in twins.MODELS:
+            p = twins.predict(thawed, summary, 0.25, name)
+            assert p == twins.predict(frozen, summary, 0.25, name) and 0 < p < 1  # type: ignore[operator]
+    assert twins.predict(thawed, heldout[0], 0.1) is None  # no models at an unfitted landmark
+
+
+def test_geometric_features_do_not_see_a_task_scale_of_rankme() -> None:
+    summary = twin("sort-medium-b400", 7, True)
+    scaled = json.loads(json.dumps(summary))
+    for tag, points in scaled["series"].items():
+        if tag.startswith("rankme/"):
+            scaled["series"][tag] = [[step, 10 * value] for step, value in points]
+    for share in twins.LANDMARKS:
+        found = [twins.landmark_features(run.view.prefix(twins.population([run], share)[0][0][1]), BUDGET)
+                 for run in twins.twin_runs([summary, scaled])]
+        for name in twins.GEOMETRY[:6]:
+            assert found[0][name] == pytest.approx(found[1][name], abs=1e-12), name
+
+
+def test_early_value_waits_for_the_warm_up_and_missing_series_are_flagged() -> None:
+    run = twins.twin_run(twin("sort-medium-b400", 1, True))
+    assert run is not None
+    view = run.view.prefix(3)  # steps 0, 10, 20: the warm-up (40 steps) still lasts
+    assert twins.early_index(view) == 2
+    features = twins.landmark_features(view, BUDGET)
+    assert features["rankme_change_last"] == 0.0 and math.isnan(features["ildr_change_last"])
+    row = dict(zip(twins.MODELS["geometry"], twins.vector(features, twins.MODELS["geometry"]), strict=True))
+    assert row["missing_ildr"] == 1.0 and row["ildr_change_last"] == 0.0 and row["missing_rankme"] == 0.0
+    assert twins.early_index(run.view) == 4  # step 40
+
+
+@pytest.mark.parametrize(("difference", "decision"), [
+    (Difference("log_loss", 50, value=0.05, low=0.01, high=0.09), twins.ADDS),
+    (Difference("log_loss", 50, value=0.0, low=-0.01, high=0.015), twins.NOTHING),
+    (Difference("log_loss", 50, value=0.01, low=-0.01, high=0.04), twins.INCONCLUSIVE),
+    (Difference("log_loss", 1, value=0.3, low=0.3, high=0.3), twins.INCONCLUSIVE),  # n = 1
+    (Difference("log_loss", 50, value=0.0, low=0.0, high=0.0), twins.INCONCLUSIVE),  # a tie
+    (Difference("log_loss", 0), twins.INCONCLUSIVE),
+])
+def test_the_decision_rule(difference: Difference, decision: str) -> None:
+    assert twins.decide(difference, margin=0.02)[0] == decision
+
+
+def test_rules_get_an_operating_point_on_calibration_and_a_lead_held_out(
+        informative: tuple[list, list, dict]) -> None:
+    calibration, heldout, _ = informative
+    cal = twins.twin_runs(calibration + [twin("sort-medium-b400", 90, True, control=True)])
+    held = twins.twin_runs(heldout)
+    rules = [twins.TwinRule("rankme drop", twins._feature("rankme_drop_last"), True),
+             twins.TwinRule(twins.VAL_LOSS_RULE, twins._feature("val_loss_drop", lambda f: 1 - math.exp(-f)), False),
+             twins.TwinRule("never defined", lambda view: None, True)]
+    leads = twins.rule_leads(rules, cal, held)
+    assert twins.best_geometric(leads) == "rankme drop"
+    off = leads.pop()  # no operating point: off, it never alerts, and misses every run
+    assert off["point"] is None and set(off["heldout_lead_shares"].values()) == {0.0}
+    assert off["heldout"]["false_alarms_never_acquired"].k == 0
+    shares = list(leads[0]["heldout_lead_shares"].values())
+    assert twins.lead_difference([*leads, off], "rankme drop", "never defined", held, resamples=200).value == \
+        pytest.approx(sum(shares) / len(shares))
+    for entry in leads:
+        assert entry["point"] is not None
+        assert entry["point"].false_alarms.k <= 0.2 * entry["point"].false_alarms.n
+        assert set(entry["heldout_lead_shares"]) == {r.name for r in held if r.acquisition is not None}
+    difference = twins.lead_difference(leads, "rankme drop", twins.VAL_LOSS_RULE, held, resamples=500)
+    assert difference.n == sum(r.acquisition is not None for r in held) and difference.value is not None
+
+
+def test_the_page_says_plainly_when_there_are_no_twins() -> None:
+    text = twins_report.twins_page([], [], None, None)
+    assert "No twin has been run yet" in text and "no decision" in text
+
+
+def test_the_page_holds_the_decision_per_family(informative: tuple[list, list, dict]) -> None:
+    calibration, heldout, frozen = informative
+    registration = json.loads(twins_report.TEMPLATE.read_text())
+    text = twins_report.twins_page(calibration, heldout, frozen, registration, shares=(0.25,), resamples=500,
+                                   rules=[])
+    assert "| tasks | 25% |" in text and "adds" in text
+    assert "TEMPLATE" in text  # judged against a template's margin: said so
