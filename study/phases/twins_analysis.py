@@ -69,7 +69,7 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.keys import ACC, PROBE_ACC, RANKME, TRAIN_LOSS, VAL_LOSS
+from capgeo_callbacks.keys import ACC, ILDR, PROBE_ACC, RANKME, TRAIN_LOSS, VAL_LOSS
 from capgeo_callbacks.rules import Rule, RunView, make_rule
 from capgeo_callbacks.rules.survival import WINDOW, survival_features
 from capgeo_callbacks.scoring.discrimination import MIN_GROUP, SHARES, population
@@ -83,12 +83,11 @@ from capgeo_callbacks.scoring.operating import (
 )
 from capgeo_callbacks.scoring.paired import RESAMPLES, Difference, metric, paired_difference
 from capgeo_callbacks.scoring.scores import ScoredRun, first_warning, scored_run, warning_scores
-from launch import ROOT
+from study.checkout import ROOT
 from study.phases.twins import FOLDER
 
 FITTED = ROOT / "study" / "twins_fitted.json"
 REGISTRATION = ROOT / "study" / "twins_registration.json"  # committed after the pilots (the template's draft)
-ILDR = "ildr/"  # ILDR of each watched layer (issue 44): keys.ILDR once the measure lands there
 LANDMARKS = SHARES  # 10%, 25%, 50% of the budget
 PRIMARY = 0.25
 FAMILIES = ("tasks", "grokking")

@@ -16,7 +16,7 @@ from typing import Any
 from capgeo_callbacks.scoring.discrimination import LEGEND, discrimination, discrimination_table
 from capgeo_callbacks.scoring.paired import RESAMPLES, Difference
 from capgeo_callbacks.scoring.scores import bootstrap_median
-from launch import ROOT
+from study.checkout import ROOT
 from study.phases import twins_analysis as analysis
 from study.record import page_command
 from study.record.registered import fmt, with_gap
