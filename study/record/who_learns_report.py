@@ -49,9 +49,12 @@ def last_value(run: ScoredRun, end: int, tag: str) -> float:
 
 
 def probability_of(rule: SurvivalForecaster) -> Callable[[ScoredRun, int], float]:
+    """The probability at a run's first ``end`` evaluations (:func:`study.record.registered.probability`)."""
+    live = shared.probability(rule)
+
     def value(run: ScoredRun, end: int) -> float:
-        found = rule.predict(run.view.prefix(end))
-        return math.nan if found is None else found[0]
+        found = live(run.view.prefix(end))
+        return math.nan if found is None else found
     return value
 
 
