@@ -82,52 +82,84 @@ def pilot_jobs() -> list[tuple[str, Trial | FunctionTrial]]:
     return jobs
 
 
+def decided(steps: Sequence[int | None], planned: int = len(PILOT_SEEDS)) -> bool:
+    """Whether a train.py cell is already known not to be a twin cell, whatever its remaining pilots give: so many
+    acquired (or so many not) that the share acquired over ``planned`` pilots cannot fall within 30-70%."""
+    acquired = sum(step is not None for step in steps)
+    missed = len(steps) - acquired
+    low, high = TWIN_SHARE
+    return acquired > high * planned or (planned - missed) < low * planned
+
+
+def pilot_outcomes(folder: Path = FOLDER / "pilots") -> dict[str, list[int | None]]:
+    """Each cell's exported pilots' acquisition steps (None: not within the budget)."""
+    cells: dict[str, list[int | None]] = {}
+    for path in sorted(folder.glob("*.json.gz")):
+        summary = read_summary(path)
+        cells.setdefault(str(summary.get("cell")), []).append(summary.get("acquisition_step"))
+    return cells
+
+
 def run_pilots(engine: str = "ray", workers: int = 2) -> list[Path]:
-    """Run (or resume) every pilot not yet exported, one thread each; export each as it finishes."""
+    """Run (or resume) every pilot not yet exported, one thread each; export each as it finishes.
+
+    Seed by seed: before each seed's round, a train.py cell already decided (:func:`decided`) is dropped, so its
+    remaining pilots are never run. Grokking cells run every pilot (a budget is read off all of them). Within a
+    round the longest runs go first, so that the round's tail is short."""
     commit = require_clean_tree("the twins' pilots")
-    todo = [(name, trial) for name, trial in pilot_jobs() if not (FOLDER / "pilots" / f"{name}.json.gz").exists()]
-    named = {trial.root: name for name, trial in todo}
     written: list[Path] = []
+    for seed in PILOT_SEEDS:
+        outcomes = pilot_outcomes()
+        todo = [(name, trial) for name, trial in pilot_jobs()
+                if name.endswith(f"-s{seed}") and not (FOLDER / "pilots" / f"{name}.json.gz").exists()
+                and (trial.kind == "function" or not decided(outcomes.get(trial.tags["cell"], [])))]
+        todo.sort(key=lambda job: -_expected_steps(job[1]))
+        if not todo:
+            continue
+        named = {trial.root: name for name, trial in todo}
 
-    def finished(outcome: Any) -> None:  # exported as each ends: a session that dies keeps what finished
-        summary = summary_of(outcome.trial)
-        if summary is not None:
-            name = named[outcome.trial.root]
-            summary.update(name=name, phase="pilots", cell=outcome.trial.tags["cell"])
-            if outcome.trial.kind == "function":  # what train.py records itself, from the launcher's record
-                record = json.loads((outcome.trial.root / "run.json").read_text())
-                summary.update(settings=record["settings"], max_steps=LONG_BUDGET, cpu_seconds=record["cpu_seconds"],
-                               wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
-                               threads=record["threads"], commit=commit, uncommitted_changes=False)
-            written.append(write_packed(summary, FOLDER / "pilots" / f"{name}.json.gz"))
+        def finished(outcome: Any, named: Mapping[Path, str] = named) -> None:  # exported as each ends
+            summary = summary_of(outcome.trial)
+            if summary is not None:
+                name = named[outcome.trial.root]
+                summary.update(name=name, phase="pilots", cell=outcome.trial.tags["cell"])
+                if outcome.trial.kind == "function":  # what train.py records itself, from the launcher's record
+                    record = json.loads((outcome.trial.root / "run.json").read_text())
+                    summary.update(settings=record["settings"], max_steps=LONG_BUDGET,
+                                   cpu_seconds=record["cpu_seconds"],
+                                   wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
+                                   threads=record["threads"], commit=commit, uncommitted_changes=False)
+                written.append(write_packed(summary, FOLDER / "pilots" / f"{name}.json.gz"))
 
-    launch([trial for _, trial in todo], engine=engine, jobs=workers, on_outcome=finished)
+        launch([trial for _, trial in todo], engine=engine, jobs=workers, on_outcome=finished)
     return written
+
+
+def _expected_steps(trial: Trial | FunctionTrial) -> int:
+    return LONG_BUDGET if trial.kind == "function" else int(trial.args.max_steps)
 
 
 def pilots_table(folder: Path = FOLDER / "pilots") -> str:
     """Per candidate cell: its pilots' acquisition steps, the share acquired within the budget, and whether it is a
     twin cell; for grokking cells, the budget at which half the pilots had grokked (the median grokking step)."""
-    cells: dict[str, list[Mapping[str, Any]]] = {}
-    for path in sorted(folder.glob("*.json.gz")):
-        summary = read_summary(path)
-        cells.setdefault(str(summary.get("cell")), []).append(summary)
+    cells = pilot_outcomes(folder)
     lines = ["| cell | pilots | acquisition steps (-: not within the budget) | acquired | twin cell (30-70%) |",
              "| --- | ---: | --- | --- | --- |"]
-    for cell, runs in cells.items():
-        steps = [run.get("acquisition_step") for run in runs]
+    for cell, steps in cells.items():
         acquired = sum(step is not None for step in steps)
         shown = ", ".join("-" if step is None else str(step) for step in steps)
         if cell.startswith("grok-"):
             grokked = [step for step in steps if step is not None]
             budget = statistics.median(grokked) if grokked else None
             verdict = "-" if budget is None else f"budget {budget:.0f} (the median grokking step)"
-            lines.append(f"| {cell} | {len(runs)} | {shown} | {acquired} of {len(runs)} within {LONG_BUDGET} | "
+            lines.append(f"| {cell} | {len(steps)} | {shown} | {acquired} of {len(steps)} within {LONG_BUDGET} | "
                          f"{verdict} |")
             continue
-        share = acquired / len(runs)
+        share = acquired / len(steps)
         twin = "yes" if TWIN_SHARE[0] <= share <= TWIN_SHARE[1] else "no"
-        lines.append(f"| {cell} | {len(runs)} | {shown} | {acquired} of {len(runs)} ({share:.0%}) | {twin} |")
+        if twin == "no" and len(steps) < len(PILOT_SEEDS) and decided(steps):
+            twin = "no (decided: its other pilots not run)"
+        lines.append(f"| {cell} | {len(steps)} | {shown} | {acquired} of {len(steps)} ({share:.0%}) | {twin} |")
     return "\n".join(lines)
 
 

@@ -33,3 +33,11 @@ def test_a_twin_cell_has_30_to_70_percent_acquired(tmp_path: Path) -> None:
     assert "| sort-medium-b450 | 5 | 300, -, 410, -, - | 2 of 5 (40%) | yes |" in table
     assert "| reverse-medium-b500 | 4 | 200, 201, 202, 203 | 4 of 4 (100%) | no |" in table
     assert "budget 2080 (the median grokking step)" in table
+
+
+def test_a_cell_is_decided_once_six_of_eight_pilots_fall_on_one_side() -> None:
+    assert twins.decided([100] * 6)  # 6 of 8 acquired: at least 75% whatever the other two give
+    assert twins.decided([None] * 6)  # 6 of 8 missed: at most 25%
+    assert not twins.decided([100] * 5 + [None])  # 5 or 6 of 8: still open
+    assert not twins.decided([None] * 5 + [100] * 2)  # 2 to 3 of 8: still open
+    assert not twins.decided([])
