@@ -150,7 +150,8 @@ class CapgeoTrainerCallback(TrainerCallback):
     def measurements(self) -> Measurements:
         selectors = {RANKME[:-1]: selector_name(self.selector),
                      **({PROBE_ACC[:-1]: selector_name(self.selector)} if self.probes else {})}
-        return Measurements(self.series, self.rows, selectors, self._parameters or None)
+        left_out = {prefix: why for unit in self.units for prefix, why in unit.left_out.items()}
+        return Measurements(self.series, self.rows, selectors, self._parameters or None, left_out)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: nn.Module | None = None, **kwargs: Any) -> None:
