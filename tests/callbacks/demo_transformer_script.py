@@ -10,6 +10,7 @@ cannot feed: a warning raised inside a hook. Imported by the same tests to fit i
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -54,15 +55,16 @@ class DemoTransformer(LightningTransformer):
         self.log("val/acc", (output.argmax(-1) == target.reshape(-1)).float().mean())
 
 
-def fit(log_dir: str | Path, ildr_rule: bool = False) -> pl.Trainer:
-    """Four steps, validated every second one; RankMe of the encoder's layers on each sequence's mean row."""
+def fit(log_dir: str | Path, ildr_rule: bool = False, callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
+    """Four steps, validated every second one; RankMe of the encoder's layers on each sequence's mean row (and
+    ``callbacks`` besides)."""
     pl.seed_everything(0)
     detector = PrecursorDetector(rules=[ILDRRiseRule()]) if ildr_rule else PrecursorDetector()
     trainer = pl.Trainer(max_steps=4, val_check_interval=2, num_sanity_val_steps=0, accelerator="cpu",
                          logger=CSVLogger(log_dir, name="demo"), enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[RankMeMonitor(layers=["model.transformer.encoder.layers.*"], selector="mean"),
-                                    detector])
+                                    detector, *callbacks])
     trainer.fit(DemoTransformer())
     return trainer
 
