@@ -92,9 +92,10 @@ class RuleGrid:
         return {key: made[key] for key in self.grid if key in made}
 
     @classmethod
-    def fixed(cls, rule: Rule, geometric: bool = False) -> RuleGrid:
-        """A rule as it is, one point (a registered warning, with its registered settings)."""
-        return cls(rule.name, {}, geometric, lambda: rule)
+    def fixed(cls, rule: Rule, geometric: bool = False, name: str | None = None) -> RuleGrid:
+        """A rule as it is, one point (a registered warning, with its registered settings), named ``name`` (default
+        the rule's own: name it apart where its grid is compared too)."""
+        return cls(name or rule.name, {}, geometric, lambda: rule)
 
 
 def describe(settings: Mapping[str, Any]) -> str:
@@ -103,15 +104,16 @@ def describe(settings: Mapping[str, Any]) -> str:
                      for key, value in settings.items()) or "as registered"
 
 
-# The registered rules' grids (a registered rule not named here runs at its default alone).
+# The registered rules' grids, each from sensitive to conservative settings so that a cap can be met (a registered
+# rule not named here runs at its default alone).
 GRIDS: dict[str, RuleGrid] = {grid.name: grid for grid in (
     RuleGrid("study", geometric=True),
-    RuleGrid("probe-crossing", {"share": (0.1, 0.2, 0.3, 0.5)}, geometric=True),
-    RuleGrid("rankme-fall", {"fall": (0.05, 0.1, 0.2, 0.3), "held": (1, 3), "ignore_steps": (0, 50, 100, 200)},
-             geometric=True),
-    RuleGrid("ildr-rise", {"multiple": (1.5, 2.0, 2.5, 3.0, 5.0)}, geometric=True),
-    RuleGrid("val-loss-fall", {"fall": (0.05, 0.1, 0.2, 0.3), "held": (1, 2, 3, 5)}),
-    RuleGrid("acc-onset", {"units": (2.0, 3.0, 5.0, 8.0)}),
+    RuleGrid("probe-crossing", {"share": (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)}, geometric=True),
+    RuleGrid("rankme-fall", {"fall": (0.05, 0.1, 0.2, 0.3, 0.5, 0.7), "held": (1, 3),
+                             "ignore_steps": (0, 50, 100, 200)}, geometric=True),
+    RuleGrid("ildr-rise", {"multiple": (1.5, 2.0, 2.5, 3.0, 5.0, 10.0)}, geometric=True),
+    RuleGrid("val-loss-fall", {"fall": (0.05, 0.1, 0.2, 0.3, 0.5, 0.7), "held": (1, 2, 3, 5)}),
+    RuleGrid("acc-onset", {"units": (2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 40.0)}),
     RuleGrid("loss-onset"),
 )}
 
@@ -251,6 +253,8 @@ class RuleLead:
         """The operating point in words; where none was chosen, the default's."""
         if self.chosen:
             return describe(self.settings)
+        if self.points == 1 and not self.settings:
+            return "as registered: not within the cap on the calibration runs"
         return f"none of {self.points} within the cap; at its default ({describe(self.settings)})"
 
 
