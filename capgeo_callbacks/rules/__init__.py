@@ -8,9 +8,10 @@ and the callbacks' ``rules=`` argument can name it. Every registered rule passes
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.keys import RANKME
+from capgeo_callbacks.keys import RANKME, VAL_LOSS
 from capgeo_callbacks.rules.base import (
     Forecast,
     Needs,
@@ -29,6 +30,7 @@ from capgeo_callbacks.rules.baselines import (
     ProbeCrossingRule,
     WarmupEndRule,
 )
+from capgeo_callbacks.rules.fall import FallFromPeakRule
 from capgeo_callbacks.rules.forecasters import (
     ClockForecaster,
     CurveForecaster,
@@ -48,6 +50,7 @@ __all__ = [
     "ClockForecaster",
     "ClockRule",
     "CurveForecaster",
+    "FallFromPeakRule",
     "Forecast",
     "ForecastRule",
     "GeometryRule",
@@ -83,6 +86,10 @@ RULES: dict[str, Callable[[], Rule]] = {
     "geometry-guarded": GeometryRule,
     "ildr-rise": ILDRRiseRule,  # ILDR at 2.5 x its early baseline (arXiv 2604.20923); the multiple is an argument
     "loss-onset": LossOnsetRule,
+    # a series' fall from its highest value so far: the validation loss 10% below it for 3 evaluations; the deepest
+    # layer's RankMe 10% below it, the first 50 steps (a warm-up's dip) ignored
+    "val-loss-fall": partial(FallFromPeakRule, key=VAL_LOSS, fall=0.1, held=3, name="val-loss-fall"),
+    "rankme-fall": partial(FallFromPeakRule, key=RANKME, fall=0.1, held=1, ignore_steps=50, name="rankme-fall"),
     "logprob-emergence": LogprobEmergenceRule,
     "probe-crossing": ProbeCrossingRule,
     "warmup-end": WarmupEndRule,
