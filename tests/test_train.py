@@ -56,7 +56,8 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
     """Generated from the measure registry (capgeo_callbacks.registry), they are what train.py has always used:
     a run's values do not change with the registry."""
     assert (train.MEASURES, train.DEFAULT_MEASURES) == (
-        ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc"), ("rankme", "probes", "weight_norm"))
+        ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator"),
+        ("rankme", "probes", "weight_norm"))
     layers, options = ("model.blocks.*", "model.norm_f"), train.MEASURE_OPTIONS
     assert options == {
         "rankme": {"every_n_evals": 1, "layers": layers, "selector": "first_answer", "num_rows": 512},
@@ -65,6 +66,7 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
         "grad_rank": {"every_n_evals": 4, "batch_size": 64},
         "hessian": {"every_n_evals": 16, "k": 1, "num_iterations": 20, "batch_size": 64},
         "llc": {"every_n_evals": 32, "num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
+        "commutator": {"every_n_evals": 8, "batch_size": 64, "num_pairs": 1},
     }
     assert [train_cli.resolve_measures(spec) for spec in ("default", "none", "all", "llc,rankme")] == [
         ["rankme", "probes", "weight_norm"], [], list(train.MEASURES), ["llc", "rankme"]]

@@ -119,15 +119,19 @@ class CommutatorDefectMonitor(GradientMeasureCallback):
             return {}
         results = [self.call_quietly(step, model_commutator, pl_module, self.loss_fn, a, b, forward=self.forward,
                                      step_size=self.step_size) for a, b in pairs]
-        smallest = min(min(r.grad_norm_a, r.grad_norm_b) for r in results)
-        if not smallest > self.min_grad_norm:  # NaN included
-            self.warn_once("small-gradient", f"at step {step} a batch's gradient norm is {smallest:.3g}, at or below "
-                           f"min_grad_norm={self.min_grad_norm:g}: the defect divides by it; nothing logged at this "
-                           "step (nor at any later step where it happens)")
+        norms = [norm for r in results for norm in (r.grad_norm_a, r.grad_norm_b)]
+        if not all(math.isfinite(norm) for norm in norms):
+            self.warn_once("nonfinite", f"non-finite gradients at step {step}; skipped (and at any later step where "
+                           "they are non-finite)")
+            return {}
+        if min(norms) <= self.min_grad_norm:
+            self.warn_once("small-gradient", f"at step {step} a batch's gradient norm is {min(norms):.3g}, at or "
+                           f"below min_grad_norm={self.min_grad_norm:g}: the defect divides by it; nothing logged at "
+                           "this step (nor at any later step where it happens)")
             return {}
         defects = [r.defect for r in results]
         if not all(math.isfinite(d) for d in defects):
-            self.warn_once("nonfinite", f"non-finite commutator defect at step {step}; skipped (and at any later "
-                           "step where it is non-finite)")
+            self.warn_once("nonfinite-defect", f"non-finite commutator defect at step {step}; skipped (and at any "
+                           "later step where it is non-finite)")
             return {}
         return {COMMUTATOR_DEFECT: statistics.fmean(defects)}

@@ -77,7 +77,8 @@ def _gradient(loss: LossOfParameters, point: Sequence[Tensor], create_graph: boo
     return [torch.zeros_like(leaf) if g is None else g for g, leaf in zip(grads, leaves, strict=True)]
 
 
-def _small_step(loss_a: LossOfParameters, loss_b: LossOfParameters, params: Sequence[Tensor]) -> tuple[float, list[Tensor], list[Tensor]]:
+def _small_step(loss_a: LossOfParameters, loss_b: LossOfParameters,
+                params: Sequence[Tensor]) -> tuple[float, list[Tensor], list[Tensor]]:
     """||H_B g_A - H_A g_B|| and the two gradients, by one backward through both gradients' graphs."""
     point = [p.detach().requires_grad_(True) for p in params]
     g_a = _gradient(loss_a, point, create_graph=True)
