@@ -36,7 +36,7 @@ from capgeo_callbacks.rules.forecasters import (
     RidgeForecaster,
     ThresholdForecaster,
 )
-from capgeo_callbacks.rules.geometry import GeometryRule, ILDRRiseRule, StudyRule
+from capgeo_callbacks.rules.geometry import CommutatorRiseRule, GeometryRule, ILDRRiseRule, StudyRule
 from capgeo_callbacks.rules.registration import rules_from_registration
 from capgeo_callbacks.rules.stopping import StoppingPolicy
 from capgeo_callbacks.rules.survival import SurvivalForecaster
@@ -47,6 +47,7 @@ __all__ = [
     "AccuracyOnsetRule",
     "ClockForecaster",
     "ClockRule",
+    "CommutatorRiseRule",
     "CurveForecaster",
     "Forecast",
     "ForecastRule",
@@ -82,6 +83,8 @@ RULES: dict[str, Callable[[], Rule]] = {
     "study": StudyRule,
     "geometry-guarded": GeometryRule,
     "ildr-rise": ILDRRiseRule,  # ILDR at 2.5 x its early baseline (arXiv 2604.20923); the multiple is an argument
+    # the commutator defect at 2 x its early baseline (arXiv 2602.16967); the multiple is an argument
+    "commutator-rise": CommutatorRiseRule,
     "loss-onset": LossOnsetRule,
     "logprob-emergence": LogprobEmergenceRule,
     "probe-crossing": ProbeCrossingRule,

@@ -115,7 +115,8 @@ def test_on_a_network_the_finite_step_value_tends_to_the_small_step_one() -> Non
     errors = [abs(commutator_defect(model, tuple_loss, batch_a, batch_b, step_size=eta) - limit) / limit
               for eta in (1e-1, 1e-2, 1e-3, 1e-4)]
     assert errors[-1] < 1e-5
-    assert all(later < earlier / 3 for earlier, later in zip(errors, errors[1:], strict=False))  # O(eta): about 10x each decade
+    # O(eta): about 10x smaller each decade
+    assert all(later < earlier / 3 for earlier, later in zip(errors, errors[1:], strict=False))
     # the same batch twice: the steps commute
     assert commutator_defect(model, tuple_loss, batch_a, batch_a) < 1e-10
 
