@@ -1,6 +1,6 @@
 """A scripted run every rule can read: RankMe collapsing and recovering in two layers, ILDR and the commutator defect
-rising, a probe crossing, the weight norm falling, the answer log-prob and per-token accuracy rising, accuracy acquired at step 1,500 (confirmed
-at 1,700), and the run facts the rules use (budget, warm-up, chance)."""
+rising, a probe crossing, the weight norm falling, the answer log-prob and per-token accuracy rising, accuracy acquired
+at step 1,500 (confirmed at 1,700), and the run facts the rules use (budget, warm-up, chance)."""
 
 from __future__ import annotations
 
