@@ -75,6 +75,19 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
     assert callbacks[-1].settings is train.SETTINGS
 
 
+def test_the_commutator_defect_is_a_flag_off_by_default_and_its_rule_keeps_it_whole() -> None:
+    assert "commutator" not in train.parse_args(["--task", "sort"]).measure_names
+    names = train.parse_args(["--task", "sort", "--measures", "default,commutator"]).measure_names
+    assert names == ["rankme", "probes", "weight_norm", "commutator"]
+    callbacks = train.build_measure_callbacks(names, run_info={}, answer_len=1)
+    monitor = next(cb for cb in callbacks if type(cb).__name__ == "CommutatorDefectMonitor")
+    assert (monitor.every_n_evals, monitor.batch_size, monitor.num_pairs) == (8, 64, 1)
+    session = callbacks[-1].session  # the detector runs commutator-rise, so the overhead budget never thins it
+    assert "commutator-rise" in [rule.name for rule in session.tracker.rules] and session.reads(monitor.tags)
+    plain = train.build_measure_callbacks(["rankme"], run_info={})[-1].session
+    assert "commutator-rise" not in [rule.name for rule in plain.tracker.rules]
+
+
 @pytest.mark.parametrize("stop", ["0", "101"])
 def test_stop_at_step_outside_the_budget_is_an_error(stop: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
