@@ -4,8 +4,8 @@ The cadences and options are measured choices: the costly measures at settings w
 training's on the smallest model (README, "The corpus"): per-example gradients of 64 examples every 4th
 evaluation, the top Hessian eigenvalue from 20 Lanczos steps every 16th, the LLC from 2 chains of 50 SGLD
 draws on 2 batches of 64 every 32nd; probes every 4th evaluation (64 points a run of 256). The commutator defect
-every 8th evaluation, on the two halves of 64 examples (one pair): with 256 evaluations at least 8 values before a
-quarter of the budget (tested), on the first training batch of capgeo's tasks whole at step 0.
+every 8th evaluation, on the two halves of 64 examples (one pair): on the geometric schedule of 256 evaluations at
+least 8 values before a quarter of the budget (tested), and the first training batch of capgeo's tasks whole at step 0.
 """
 
 from __future__ import annotations
