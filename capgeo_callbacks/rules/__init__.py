@@ -38,7 +38,7 @@ from capgeo_callbacks.rules.forecasters import (
     RidgeForecaster,
     ThresholdForecaster,
 )
-from capgeo_callbacks.rules.geometry import GeometryRule, ILDRRiseRule, StudyRule
+from capgeo_callbacks.rules.geometry import CommutatorRiseRule, GeometryRule, ILDRRiseRule, StudyRule
 from capgeo_callbacks.rules.registration import rules_from_registration
 from capgeo_callbacks.rules.stopping import StoppingPolicy
 from capgeo_callbacks.rules.survival import SurvivalForecaster
@@ -49,6 +49,7 @@ __all__ = [
     "AccuracyOnsetRule",
     "ClockForecaster",
     "ClockRule",
+    "CommutatorRiseRule",
     "CurveForecaster",
     "FallFromPeakRule",
     "Forecast",
@@ -85,6 +86,8 @@ RULES: dict[str, Callable[[], Rule]] = {
     "study": StudyRule,
     "geometry-guarded": GeometryRule,
     "ildr-rise": ILDRRiseRule,  # ILDR at 2.5 x its early baseline (arXiv 2604.20923); the multiple is an argument
+    # the commutator defect at 2 x its early baseline (arXiv 2602.16967); the multiple is an argument
+    "commutator-rise": CommutatorRiseRule,
     "loss-onset": LossOnsetRule,
     # a series' fall from its highest value so far: the validation loss 10% below it for 3 evaluations; the deepest
     # layer's RankMe 10% below it, the first 50 steps (a warm-up's dip) ignored

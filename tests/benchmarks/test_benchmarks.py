@@ -11,7 +11,15 @@ import warnings
 
 import pytest
 
-from benchmarks import hessian_hvps, ildr_speed, llc_vs_devinterp, rankme_monitor, rankme_speed, task_throughput
+from benchmarks import (
+    commutator_cost,
+    hessian_hvps,
+    ildr_speed,
+    llc_vs_devinterp,
+    rankme_monitor,
+    rankme_speed,
+    task_throughput,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +42,16 @@ def test_ildr_speed_times_ildr_beside_rankme_on_the_same_rows(capsys: pytest.Cap
     assert result["shape"] == (96, 24) and result["ratio"] > 0
     assert result["ildr"] > 1  # the classes' centroids lie apart: well separated rows
     assert "ratio ILDR / RankMe" in capsys.readouterr().out
+
+
+def test_commutator_cost_times_the_defect_beside_a_step_rankme_and_ildr(capsys: pytest.CaptureFixture[str]) -> None:
+    [result] = commutator_cost.main(["--sizes", "xs", "--batch-sizes", "8", "--train-steps", "0", "--repeats", "1"])
+    assert (result["size"], result["batch_size"]) == ("xs", 8)
+    assert all(result[f"{name}_s"] > 0 for name in ("step", "defect", "finite", "rankme", "ildr"))
+    # capgeo's transformer is smooth (GELU): the float64 finite form at eta = 1e-3 is near the small-step form, O(eta
+    # |g|) apart (about 2% at initialisation, where the halves' gradient norms are near 17)
+    assert result["defect"] > 0 and result["finite"] == pytest.approx(result["defect"], rel=0.05)
+    assert "defect/step" in capsys.readouterr().out
 
 
 def test_rankme_monitor_logs_rankme_of_the_captured_rows(capsys: pytest.CaptureFixture[str]) -> None:
