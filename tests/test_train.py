@@ -118,6 +118,11 @@ def test_tiny_run_leaves_what_the_spec_lists(tmp_path, capsys) -> None:
     assert saved["selectors"]["rankme"] == "first_answer"
     # the geometric schedule over 48 steps: the initialised model, two early points, three evenly after
     assert [p[0] for p in saved["series"]["rankme/norm_f"]] == evaluation_steps(48, 6) == [0, 1, 5, 19, 34, 48]
+    # the bench measures by default: every point kept, capgeo's share recorded, printed and in the run info
+    overhead = saved["overhead"]
+    assert saved["overhead_budget"] == "measure" and (overhead["setting"], overhead["thinned"]) == ("measure", 0)
+    assert all(overhead["shares"]["whole_run"][clock] > 0 for clock in ("cpu", "wall"))
+    assert "capgeo's cost: CPU " in printed and "measured only, nothing thinned" in printed
 
 
 def _probe_many(logdir: str) -> int:

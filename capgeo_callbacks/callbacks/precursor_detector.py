@@ -63,7 +63,8 @@ class PrecursorDetector(Callback):
         ValueError: on a bad argument.
 
     Logged keys:
-        ``forecast/<rule>``; ``rankme_early/<layer>``, ``rankme_floor/<layer>``, ``capgeo/alerts_raised``; text
+        ``forecast/<rule>``; ``rankme_early/<layer>``, ``rankme_floor/<layer>``, ``capgeo/alerts_raised``,
+        ``capgeo/overhead_share`` (under a budget: capgeo's share of the run's time so far); text
         ``capgeo/alerts``, ``capgeo/verdict``; images ``capgeo/story``, ``capgeo/rankme_heatmap``; hparams metrics
         ``capgeo/acquisition_step``, ``capgeo/gap``, ``capgeo/layer_order_rho``, ``capgeo/final_acc``.
 

@@ -18,7 +18,9 @@ with capgeo against one without measures (their ratio less one). The rule, over 
   which runs the rules) always runs; the rules' inputs run at one in ``stride`` of the evaluations they are due at,
   the smallest stride with which they fit (it only grows, up to ``max_stride``: never dropped), so their cadence is
   even and the rules read it as they read any schedule; the optional work runs only while the rules' inputs are
-  whole, each piece at an even rate, sharing equally what the rules' inputs leave.
+  whole, each piece at an even rate, sharing equally what the rules' inputs leave;
+- whatever it thins, it says once, where it starts to (the optional work, then the rules' inputs), with the figure:
+  capgeo's share so far and each piece's evaluations kept of those it was due at, so far and over the run.
 
 ``"measure"`` (:data:`MEASURE`) times everything and thins nothing: the share is recorded, every series is what it
 is with the budget off. The setting is checked in one place, :func:`check_overhead_budget`; the Lightning glue is
@@ -58,6 +60,7 @@ FIXED, RULE_INPUT, OPTIONAL = "fixed", "rule input", "optional"  # the kinds of 
 KINDS = (FIXED, RULE_INPUT, OPTIONAL)
 CLOCKS = ("cpu", "wall")  # the clocks a record gives shares on
 OverheadSetting = float | str | None  # the setting: a share of the run's time, MEASURE, or None / 0 / OFF
+_MEASURE_HINT = f" (overhead_budget={MEASURE!r} measures every evaluation and only times)"  # ends what thinning says
 
 
 def check_overhead_budget(value: Any) -> OverheadSetting:
@@ -366,11 +369,13 @@ class OverheadBudget:
         self.protected_start.update(projected_run_seconds=projected, share_of_run=share)
         if self.share is not None and share is not None and share > self.share:
             until = math.floor(self.protected_share * self.horizon)
+            kept = self._kept(self._projection(step)[1], self.max_stride)
             self._say("protected start", f"the protected start (the first {self.protected_share:.0%} of the run's "
                       f"steps, to step {until}) took {spent:.2f} s of capgeo's time, {100 * share:.1f}% of this run's "
                       f"projected {projected:.0f} s: more than its whole overhead budget of {100 * self.share:g}%, "
                       "which cannot hold on this run (a short or densely evaluated run); after it capgeo runs nothing "
-                      f"optional and measures the rules' inputs at one in {self.max_stride} of their evaluations")
+                      f"optional and measures the rules' inputs at one in {self.max_stride} of their evaluations"
+                      + (f" ({kept})" if kept else "") + _MEASURE_HINT)
 
     def _plan(self, step: int) -> None:
         """The stride of the rules' inputs and the rates of the optional pieces for what the budget has left."""
@@ -386,11 +391,38 @@ class OverheadBudget:
         needed = max(1, math.ceil(rules / room - 1e-9)) if room > 0 and rules < room * self.max_stride else math.inf
         if rules > 0:
             self.stride = min(self.max_stride, max(self.stride, needed))
-        if needed > self.max_stride and rules > 0 and "protected start" not in self.said:
+        self._rates = fair_rates(demand(OPTIONAL), room - rules if self.stride == 1 else 0.0)
+        if "protected start" in self.said:  # said already: nothing optional, the rules' inputs at their least
+            return
+        so_far = f"capgeo {100 * (self.measured_share or 0):.1f}% of the run's time so far"
+        if needed > self.max_stride and rules > 0:
             self._say("floor", f"capgeo's detector and the rules' inputs at one in {self.max_stride} of their "
                       f"evaluations need more than the overhead budget of {100 * self.share:g}% leaves: it cannot "
-                      f"hold on this run (capgeo {100 * (self.measured_share or 0):.1f}% of the run so far)")
-        self._rates = fair_rates(demand(OPTIONAL), room - rules if self.stride == 1 else 0.0)
+                      f"hold on this run ({so_far}; {self._kept(evaluations, self.max_stride)})" + _MEASURE_HINT)
+        elif self.stride > 1:
+            self._say("rules' inputs", f"to hold capgeo's overhead budget of {100 * self.share:g}% ({so_far}), from "
+                      f"step {step} on the rules' inputs are measured at one in {self.stride} of their evaluations, "
+                      f"evenly, and nothing optional runs: {self._kept(evaluations, self.stride)}; the stride grows, "
+                      f"up to one in {self.max_stride}, where the run needs it" + _MEASURE_HINT)
+        elif thinned := [(name, rate) for name, rate in self._rates.items() if rate < 1 and self.work[name].due]:
+            self._say("optional", f"to hold capgeo's overhead budget of {100 * self.share:g}% ({so_far}), from "
+                      f"step {step} on what no rule reads is measured less often: " + "; ".join(
+                          f"{name} at about {100 * rate:.0f}% of its evaluations "
+                          f"({self._figure(name, evaluations, rate)})" for name, rate in thinned)
+                      + "; the rules' inputs stay whole while they fit" + _MEASURE_HINT)
+
+    def _figure(self, name: str, evaluations: float, rate: float) -> str:
+        """``name``'s evaluations kept of those it was due at so far, and over the run if it runs at ``rate`` of its
+        due evaluations from here (``evaluations`` left, this one included)."""
+        record = self.work[name]
+        due = evaluations * record.due / max(1, self.evaluations - 1)  # its due evaluations still to come
+        return (f"{record.runs} of {record.due} so far, about {round(record.runs + rate * due)} of "
+                f"{round(record.due + due)} over the run")
+
+    def _kept(self, evaluations: float, stride: int) -> str:
+        """The rules' inputs' evaluations kept, so far and over the run at one in ``stride`` from here."""
+        return "; ".join(f"{name} {self._figure(name, evaluations, 1 / stride)}"
+                         for name, record in self.work.items() if record.kind == RULE_INPUT and record.due)
 
     def _say(self, key: str, message: str) -> None:
         if key in self.said:

@@ -198,7 +198,8 @@ def capgeo_share(summary: Mapping[str, Any], clock: str = "cpu", part: str = "wh
 
 def overhead_line(summary: Mapping[str, Any]) -> str:
     """What capgeo cost the run, in a line (empty without an ``overhead`` record): its share of the run's CPU and
-    wall time over the whole run and after the protected start, the budget and what was thinned."""
+    wall time over the whole run and after the protected start, the budget, and each thinned piece's evaluations kept
+    of those it was due at."""
     record = summary.get("overhead")
     if not isinstance(record, Mapping):
         return ""
@@ -212,7 +213,7 @@ def overhead_line(summary: Mapping[str, Any]) -> str:
     budget = record.get("budget")
     setting = "measured only, nothing thinned" if budget is None else \
         f"budget {100 * budget:g}%, {'kept' if record.get('kept') else 'not kept'}"
-    thinned = ", ".join(f"{name} {counts['thinned']} of {counts['due']}"
-                        for name, counts in (record.get("work") or {}).items() if counts.get("thinned"))
+    kept = ", ".join(f"{name} {counts.get('runs', 0)} of {counts['due']}"
+                     for name, counts in (record.get("work") or {}).items() if counts.get("thinned"))
     return (f"capgeo's cost: CPU {shares('cpu')}; wall {shares('wall')} ({setting}"
-            + (f"; thinned: {thinned}" if thinned else "") + ")")
+            + (f"; thinned, evaluations kept of those due: {kept}" if kept else "") + ")")

@@ -10,7 +10,8 @@ the budget. ``control=True`` shuffles the training answers across the training p
 :func:`train` follows Ray Tune's function-trainable convention, ``train(config)``, so the launcher runs it on a
 grid (``config["trial_dir"]`` is the run's folder, ``config["resume_from"]`` a checkpoint to resume from or
 None). It logs ``train/loss`` and ``train/acc`` (the minibatch's) at every step and ``val/acc`` and ``val/loss``
-at every evaluation; capgeo is attached as the README prints it, with the weight norm beside it. With ``stop_at``,
+at every evaluation; capgeo is attached as the README prints it, with the weight norm beside it and every evaluation
+measured (``overhead_budget="measure"``). With ``stop_at``,
 Lightning's ``EarlyStopping`` ends a run once validation accuracy exceeds it (a run that groks need not spend the
 rest of its budget). Training batches
 are drawn by a generator seeded by (seed, step), so a resumed run sees the batches an unbroken run would.
@@ -172,13 +173,15 @@ class GrokkingModel(pl.LightningModule):
 
 
 def capgeo_callbacks() -> list[pl.Callback]:
-    """capgeo as README.md's "On your own model" prints it, and the weight norm (a quiet run: no progress bar)."""
+    """capgeo as README.md's "On your own model" prints it, and the weight norm (a quiet run: no progress bar), every
+    evaluation measured (``overhead_budget="measure"``: the runs are data; the default budget would thin them)."""
     return [
         EvaluationSchedule(points=256),
         RankMeMonitor(layers=["model.layers.*", "model.norm"], selector="last", num_rows=512),
         LinearProbeMonitor(layers="model.norm", every_n_evals=4),
         WeightNormMonitor(layers="model.layers.*"),
-        PrecursorDetector(monitor="val/acc", rules=default_rules()),
+        PrecursorDetector(monitor="val/acc", rules=default_rules(),
+                          overhead_budget="measure"),  # every evaluation measured, capgeo's share still said
     ]
 
 

@@ -14,7 +14,7 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import Callback
 
 from capgeo_callbacks import LinearProbeMonitor, PrecursorDetector, RankMeMonitor
-from capgeo_callbacks.rules import StudyRule
+from capgeo_callbacks.rules import ILDRRiseRule, StudyRule
 from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, MAX_STRIDE, MEASURE, OPTIONAL, RULE_INPUT
 from tests.callbacks.helpers import TinyAnswerLM, answer_loaders
 
@@ -99,3 +99,29 @@ def test_a_tiny_budget_thins_optional_work_first_and_the_rules_inputs_evenly_and
     assert work["rankme"]["kind"] == RULE_INPUT and work["rankme"]["runs"] == len(thinned["rankme/norm_f"])
     assert work["probe_acc"]["kind"] == OPTIONAL and work["probe_acc"]["thinned"] == len(steps) - len(start)
     assert work["detector"]["kind"] == "fixed" and work["detector"]["seconds"] > 0
+
+
+def test_ildr_is_a_rule_input_with_rankme_and_thinned_with_it(tmp_path: Path) -> None:
+    """The ildr-rise rule alone reads ILDR, which RankMe's monitor measures on its rows: the monitor is a rule input
+    (thinned last, evenly, never dropped), ILDR's points are RankMe's, and its time is in RankMe's work."""
+    seed_everything(0, verbose=False)
+    rankme = RankMeMonitor(layers=["blocks.*", "norm_f"], num_rows=64)
+    detector = PrecursorDetector(monitor="val_acc", logprob_monitor=None, token_acc_monitor=None, loss_monitor=None,
+                                 overhead_budget=1e-6, rules=[ILDRRiseRule()])
+    trainer = Trainer(max_steps=STEPS, val_check_interval=EVERY, logger=False, callbacks=[rankme, detector],
+                      enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                      num_sanity_val_steps=0, accelerator="cpu", default_root_dir=tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(TinyAnswerLM(), *answer_loaders())
+    record = detector.summary["overhead"]
+    assert record["work"]["rankme"]["kind"] == RULE_INPUT and record["rule_input_stride"] == MAX_STRIDE
+    steps = list(range(EVERY, STEPS + 1, EVERY))
+    start = [s for s in steps if s <= STEPS // 10]
+    for layer in ("blocks.0", "norm_f"):
+        kept = [point[0] for point in rankme.series[f"rankme/{layer}"]]
+        assert kept == start + steps[len(start) - 1 + MAX_STRIDE::MAX_STRIDE]
+        assert [point[0] for point in rankme.series[f"ildr/{layer}"]] == kept
+    runs = record["work"]["rankme"]["runs"]
+    [said] = [str(w.message) for w in caught if "protected start" in str(w.message)]
+    assert f"rankme {len(start)} of {len(start)} so far, about {runs} of {len(steps)} over the run" in said

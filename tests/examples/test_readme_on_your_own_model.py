@@ -24,7 +24,7 @@ from tests.examples.helpers import (
     check_forecast_holds_acquisition,
     check_nothing_skipped,
     check_probe_accuracy,
-    check_rankme_per_layer,
+    check_rankme_under_the_budget,
     check_rules_alert_or_say_why,
     load_example,
     run_example,
@@ -76,8 +76,10 @@ def test_the_run_learns_late_and_stops(run: ExampleRun) -> None:
     assert run.summary["steps"] < 5000
 
 
-def test_rankme_per_layer(run: ExampleRun) -> None:
-    check_rankme_per_layer(run, ["layers.0", "layers.1", "norm"])
+def test_rankme_per_layer_under_the_default_budget(run: ExampleRun) -> None:
+    """The README keeps the default budget (3%): on this tiny model RankMe may be thinned after the protected start,
+    evenly and said once, as a user of the README gets it."""
+    check_rankme_under_the_budget(run, ["layers.0", "layers.1", "norm"])
 
 
 def test_a_summary(run: ExampleRun) -> None:

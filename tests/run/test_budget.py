@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import pytest
 
-from capgeo_callbacks.rules import RunView, default_rules, replay
+from capgeo_callbacks.rules import ILDRRiseRule, RunView, default_rules, replay
 from capgeo_callbacks.run.budget import (
     FIXED,
     MEASURE,
@@ -106,20 +106,30 @@ def test_optional_work_is_thinned_first_and_the_rules_inputs_last_evenly_never_d
     # the optional work went first: nothing of it after the rules' inputs were first thinned
     first_thinned = next(step for step in STEPS if step > 300 and step not in ran["rankme"])
     assert not [step for step in ran["probe_acc"] if step >= first_thinned]
-    assert said == []  # the budget could hold: nothing to say
+    [message] = said  # said once, where the rules' inputs are first thinned, with the figure
+    assert f"from step {first_thinned} on the rules' inputs are measured at one in {stride}" in message
+    assert f"rankme 31 of 31 so far, about {len(ran['rankme'])} of {len(STEPS)} over the run" in message
+    assert "capgeo 4.4% of the run's time so far" in message and "overhead_budget='measure'" in message
     record = budget.record()
     assert record["kept"] is True and record["share"] <= 0.03
     assert record["rule_input_stride"] == stride and record["work"]["rankme"]["kind"] == RULE_INPUT
     assert record["work"]["rankme"]["thinned"] == len(STEPS) - len(ran["rankme"])
     assert record["thinned"] == sum(len(STEPS) - len(ran[name]) for name in ("rankme", "probe_acc"))
+    line = overhead_line({"overhead": record})  # the verdict's line at the end: the exact figure
+    assert f"budget 3%, kept; thinned, evaluations kept of those due: rankme {len(ran['rankme'])} of 301" in line
 
 
 def test_where_the_rules_inputs_fit_they_stay_whole_and_the_optional_work_is_thinned_evenly() -> None:
     clock = Clock()
     budget = budget_on(clock, 0.05)
     costs = {"rankme": 0.003, "probe_acc": 0.01, "detector": 0.0002}  # 6.3% with everything
+    said: list[str] = []
+    budget.warn = WarnOnce("", said.append)
     ran = simulate(budget, clock, costs, every={"probe_acc": 4})
     assert ran["rankme"] == STEPS and budget.stride == 1
+    [message] = said  # the optional work's thinning, said once with its figure
+    assert "what no rule reads is measured less often: probe_acc at about" in message
+    assert "8 of 8 so far" in message and "the rules' inputs stay whole" in message
     probe_gaps = gaps(ran["probe_acc"])
     assert set(probe_gaps) == {4, 8}  # at one or two of its due evaluations in a row, evenly spread
     assert len(ran["probe_acc"]) < len(STEPS[::4])
@@ -137,7 +147,9 @@ def test_the_budget_holds_over_the_whole_run_wherever_it_can() -> None:
             budget = budget_on(clock, share, said)
             simulate(budget, clock, {"rankme": rankme, "probe_acc": 0.002, "detector": 0.0002}, every={"probe_acc": 2})
             record = budget.record()
-            if not said:  # the start fitted the budget and the rules' inputs fitted at some stride: it holds
+            if not budget.said.keys() & {"protected start", "floor"}:  # the start fitted, the rules' inputs at
+                # some stride: it holds (what it thinned, it said once)
+                assert bool(said) == (record["thinned"] > 0) and len(said) <= 2 and record["said"] == said
                 assert record["share"] <= share * 1.01, (share, rankme, record["share"])
                 held += 1
             else:  # it could not, and said so: the rules' inputs at their least cadence, nothing optional after
@@ -151,7 +163,7 @@ def test_a_run_stopped_early_is_held_to_where_it_stops() -> None:
     budget.stop = 1500  # the run's schedule spans 3000 steps (its protected start too); this fit stops at 1500
     ran = simulate(budget, clock, {"rankme": 0.0025, "probe_acc": 0.0015, "detector": 0.0004},
                    steps=[step for step in STEPS if step <= 1500])
-    assert ran["rankme"][:31] == STEPS[:31] and said == []
+    assert ran["rankme"][:31] == STEPS[:31] and not budget.said.keys() & {"protected start", "floor"}
     assert budget.record()["share"] <= 0.03 * 1.01
 
 
@@ -163,7 +175,8 @@ def test_a_protected_start_over_the_whole_budget_says_so_once_with_its_figure() 
     start = budget.record()["protected_start"]
     assert start["share_of_run"] > 0.01 and start["step"] == 310
     assert f"{100 * start['share_of_run']:.1f}% of this run's projected" in message and "to step 300" in message
-    assert "one in 4" in message
+    assert "one in 4" in message  # and the figure: the rules' inputs' evaluations kept, so far and over the run
+    assert f"rankme 31 of 31 so far, about {len(ran['rankme'])} of 301 over the run" in message
     assert gaps(ran["rankme"]) == [4] * len(gaps(ran["rankme"]))  # the least cadence, never dropped
     assert [step for step in ran["probe_acc"] if step > 300] == []
     record = budget.record()
@@ -208,11 +221,13 @@ def test_fair_rates_share_equally_and_a_cheap_piece_leaves_the_rest() -> None:
 
 
 def test_the_same_series_in_give_the_same_alerts_out() -> None:
-    """A live session under a budget that thins the rules' inputs raises the alerts a replay of its thinned series
-    raises, and those of a session without a budget fed the same series."""
-    clock = Clock()
+    """A live session under a budget that thins the rules' inputs (RankMe and ILDR, one piece of work: ILDR is
+    measured on RankMe's rows) raises the alerts a replay of its thinned series raises, and those of a session
+    without a budget fed the same series; the optional work went first, and the thinning was said once."""
+    clock, said = Clock(), []
     info = {"task": "scripted", "difficulty": "easy", "max_steps": 2000, "warmup_steps": 100}
     steps = list(range(0, 2001, 10))
+    rules = [*default_rules(), ILDRRiseRule()]
 
     def rankme(step: int) -> float:  # a collapse after the protected start: trough at steps 800-900
         return 10.0 - 7.0 * max(0.0, 1 - abs(step - 850) / 250) ** 0.5
@@ -220,37 +235,44 @@ def test_the_same_series_in_give_the_same_alerts_out() -> None:
     def acc(step: int) -> float:
         return min(1.0, max(0.0, (step - 1200) / 200))
 
-    session = RunSession(default_rules(), run_info=info, warn=WarnOnce("", lambda _: None))
-    session.budget = OverheadBudget(0.03, horizon=2000, clock=clock, cpu_clock=clock)
+    session = RunSession(rules, run_info=info, warn=WarnOnce("", said.append))
+    session.budget = OverheadBudget(0.03, horizon=2000, clock=clock, cpu_clock=clock, warn=session.warn)
     session.budget.add_work(DETECTOR_WORK, FIXED)
     for name, kind in (("rankme", RULE_INPUT), ("probe_acc", RULE_INPUT), ("weight_norm", OPTIONAL)):
         session.budget.add_work(name, kind)
     session.budget.start()
-    series: dict[str, list[list[float]]] = {"rankme/last": [], "probe_acc/last": [], "weight_norm/global": []}
-    values = {"rankme/last": rankme, "probe_acc/last": lambda s: 0.1 if s < 1000 else 0.7,
-              "weight_norm/global": lambda s: 40 - s / 100}
+    values = {"rankme/last": rankme, "ildr/last": lambda s: 1.0 + 3.0 * max(0.0, min(1.0, (s - 700) / 300)),
+              "probe_acc/last": lambda s: 0.1 if s < 1000 else 0.7, "weight_norm/global": lambda s: 40 - s / 100}
+    work = {"rankme": ["rankme/last", "ildr/last"], "probe_acc": ["probe_acc/last"],
+            "weight_norm": ["weight_norm/global"]}
+    series: dict[str, list[list[float]]] = {tag: [] for tag in values}
     for step in steps:
         clock.now += 0.1  # the run's own time: 10 ms a step
-        for tag, value in values.items():
-            name = tag.split("/")[0]
+        for name, tags in work.items():
             if session.budget.allows(name, step):
                 with session.budget.timing(name):
                     clock.now += 0.004
-                series[tag].append([step, value(step)])
+                for tag in tags:
+                    series[tag].append([step, values[tag](step)])
         session.evaluate(step, acc(step), measured=Measurements({tag: list(p) for tag, p in series.items()}))
 
+    record = session.build_summary(Measurements(series))["overhead"]
     assert session.budget.stride > 1 and len(series["rankme/last"]) < len(steps)  # the rules' inputs thinned
-    assert {rule.name for rule in default_rules()} - {"acc-trend"} <= {alert.rule for alert in session.alerts}
+    assert [p[0] for p in series["ildr/last"]] == [p[0] for p in series["rankme/last"]]  # ILDR rides on RankMe
+    first_thinned = next(step for step in steps if step not in [p[0] for p in series["rankme/last"]])
+    assert max(p[0] for p in series["weight_norm/global"]) < first_thinned  # the optional work went first
+    assert record["work"]["weight_norm"]["thinned"] > 0 and record["rule_input_stride"] == session.budget.stride
+    assert len(said) == 1 and said == record["said"] and f"about {len(series['rankme/last'])} of" in said[0]
+    assert {rule.name for rule in rules} - {"acc-trend"} <= {alert.rule for alert in session.alerts}
     view = RunView.from_points(session.acc, series, info)
-    for rule in default_rules():
+    for rule in rules:
         live = [asdict(alert) for alert in session.alerts if alert.rule == rule.name]
         assert [asdict(alert) for alert in replay(rule, view)[0]] == live
-    plain = RunSession(default_rules(), run_info=info, overhead_budget=None)
+    plain = RunSession(rules, run_info=info, overhead_budget=None)
     for step, value in session.acc:
         so_far = {tag: [p for p in points if p[0] <= step] for tag, points in series.items()}
         plain.evaluate(int(step), value, measured=Measurements(so_far))
     assert [asdict(a) for a in plain.alerts] == [asdict(a) for a in session.alerts]
-    assert session.build_summary(Measurements(series))["overhead"]["rule_input_stride"] == session.budget.stride
 
 
 def test_nested_timings_charge_each_piece_its_own_time_on_both_clocks() -> None:
