@@ -125,6 +125,8 @@ def check_rankme_under_the_budget(run: ExampleRun, layers: list[str]) -> None:
     said = [message for message in run.messages if "overhead budget" in message and "rankme " in message]
     assert len(kept) == work["runs"] and bool(said) == (work["thinned"] > 0), said
     assert len(said) == len(set(said)) <= 2, said  # once each: where it thins, and where it cannot hold
+    recorded = [text for text in record["said"] if "rankme " in text]  # the summary keeps what was said
+    assert len(recorded) == len(said) and all(text in message for text, message in zip(recorded, said, strict=True))
     for message in said:  # the figure: kept of due so far, and projected over the run's whole budget of steps
         figure = re.search(r"rankme (\d+) of (\d+) so far, about (\d+) of (\d+) over the run", message)
         assert figure, message

@@ -62,7 +62,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> ExampleRun:
     def main() -> Path:
         pl.seed_everything(0)
         train, val = example.data(seed=0)
-        namespace: dict[str, Any] = {"model": LearnsThenStops(), "train": train, "val": val}
+        # a module's globals, as a user's script has (a warning is shown at its line: without a __name__ it is lost)
+        namespace: dict[str, Any] = {"__name__": "readme_block", "model": LearnsThenStops(), "train": train,
+                                     "val": val}
         with pytest.MonkeyPatch.context() as patch:
             patch.chdir(tmp_path_factory.mktemp("readme"))  # the README's Trainer logs to ./lightning_logs
             exec(readme_block() + "trainer.fit(model, train, val)\n", namespace)  # noqa: S102 - the README's code
