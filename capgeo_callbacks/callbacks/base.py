@@ -77,6 +77,12 @@ class MeasureCallback(Callback):
         return ""
 
     @property
+    def left_out(self) -> dict[str, str]:
+        """Measures this callback left out for lack of their inputs, by tag prefix, with why: noted in the summary
+        (``measures_left_out``) rather than warned, where the user did not ask for them by name."""
+        return {}
+
+    @property
     def work(self) -> str:
         """The name of this callback's work in the overhead budget's record: its tag prefix, else its class's."""
         return self.prefix or type(self).__name__
@@ -143,19 +149,22 @@ class MeasureCallback(Callback):
 
 def measurements_of(trainer: pl.Trainer, pl_module: pl.LightningModule) -> Measurements:
     """What the trainer's measure callbacks hold: every series by tag (each callback's in its layer order), the
-    rows each was measured on, each hidden-state measure's token selector, and the module's parameter count."""
+    rows each was measured on, each hidden-state measure's token selector, the module's parameter count and the
+    measures left out."""
     series: dict[str, list[list[float]]] = {}
     rows: dict[str, int] = {}
     selectors: dict[str, str] = {}
+    left_out: dict[str, str] = {}
     for callback in trainer.callbacks:
         if isinstance(callback, MeasureCallback):
+            left_out.update(callback.left_out)
             ordered = [tag for tag in callback.tags if tag in callback.series]
             ordered += [tag for tag in callback.series if tag not in ordered]
             series.update({tag: callback.series[tag] for tag in ordered})
             rows.update(callback.rows)
             if callback.selector_name:
                 selectors[callback.prefix] = callback.selector_name
-    return Measurements(series, rows, selectors, sum(p.numel() for p in pl_module.parameters()))
+    return Measurements(series, rows, selectors, sum(p.numel() for p in pl_module.parameters()), left_out)
 
 
 def budget_measures(budget: OverheadBudget, trainer: pl.Trainer, reads: Callable[[list[str]], bool],

@@ -150,7 +150,7 @@ class CapgeoTrainerCallback(TrainerCallback):
     def measurements(self) -> Measurements:
         selectors = {RANKME[:-1]: selector_name(self.selector),
                      **({PROBE_ACC[:-1]: selector_name(self.selector)} if self.probes else {})}
-        return Measurements(self.series, self.rows, selectors, self._parameters or None)
+        return Measurements(self.series, self.rows, selectors, self._parameters or None, _left_out(self.units))
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: nn.Module | None = None, **kwargs: Any) -> None:
@@ -245,6 +245,11 @@ def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> l
     probe rows."""
     units: list[HiddenStateUnit] = [RankMeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)]
     return units + ([ProbeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)] if probes else [])
+
+
+def _left_out(units: Sequence[HiddenStateUnit]) -> dict[str, str]:
+    """The measures the units left out for lack of their inputs, with why (the summary's ``measures_left_out``)."""
+    return {prefix: why for unit in units for prefix, why in unit.left_out.items()}
 
 
 def _check_arguments(num_rows: int, points: int, batch_size: int, max_steps: int | None, schedule: str,

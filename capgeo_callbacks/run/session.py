@@ -67,12 +67,15 @@ class Measurements:
         rows: the rows each tag was measured on (RankMe is only comparable at equal N).
         selectors: the token selector of each measure prefix (``{"rankme": "first_answer"}``).
         parameters: the model's parameter count.
+        left_out: the measures left out for lack of their inputs, by tag prefix, with why (``{"ildr": "..."}``):
+            the summary's ``measures_left_out``.
     """
 
     series: Mapping[str, Points] = field(default_factory=dict)
     rows: Mapping[str, int] = field(default_factory=dict)
     selectors: Mapping[str, str] = field(default_factory=dict)
     parameters: int | None = None
+    left_out: Mapping[str, str] = field(default_factory=dict)
 
 
 class RunSession:
@@ -272,7 +275,8 @@ class RunSession:
         """The run summary from the record and ``measured`` (also kept as ``self.summary``)."""
         measured = measured if measured is not None else Measurements()
         self.summary = self.tracker.summary(measured.series, steps=steps, parameters=measured.parameters,
-                                            rows=measured.rows, selectors=measured.selectors)
+                                            rows=measured.rows, selectors=measured.selectors,
+                                            left_out=measured.left_out)
         if self.budget is not None:
             self.summary["overhead"] = self.budget.record()
         return self.summary

@@ -14,7 +14,7 @@ from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.rules import LossOnsetRule, ThresholdForecaster, default_rules
 from capgeo_callbacks.run.failures import WarnOnce
 from capgeo_callbacks.run.session import Measurements, RunSession
-from capgeo_callbacks.run.summary import SUMMARY_FILENAME
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, run_info_of
 from tests.detection.conftest import PRECURSOR_ACC, PRECURSOR_RANKME, STEPS
 from tests.rules.conftest import INFO, TOKEN_ACC
 
@@ -65,6 +65,16 @@ def test_rules_without_their_inputs_say_once_what_to_log_and_stay_silent() -> No
     assert session.alerts == [] and "acc-trend" not in session.tracker.left_out
     assert set(session.tracker.forecasts) <= {"acc-trend"}
     assert session.build_summary()["rules_left_out"]["token_acc-threshold"] == ["val/token_acc", "chance"]
+
+
+def test_measures_left_out_are_noted_in_the_summary_and_are_not_run_info() -> None:
+    session = RunSession(warn=WarnOnce("capgeo", [].append))
+    for step, acc in zip(STEPS, PRECURSOR_ACC, strict=True):
+        session.evaluate(step, acc)
+    assert "measures_left_out" not in session.build_summary(Measurements())  # nothing left out: no key
+    why = "ILDR needs the target of every row RankMe reads (no targets found); RankMe was measured without it"
+    summary = session.build_summary(Measurements(left_out={"ildr": why}))
+    assert summary["measures_left_out"] == {"ildr": why} and "measures_left_out" not in run_info_of(summary)
 
 
 def test_the_user_s_names_are_recorded_and_read_under_capgeo_s() -> None:
