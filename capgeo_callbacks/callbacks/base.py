@@ -34,7 +34,7 @@ from capgeo_callbacks.capture.batches import (
 from capgeo_callbacks.capture.measuring import measuring
 from capgeo_callbacks.detection.series import append_point
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
-from capgeo_callbacks.run.budget import OverheadBudget
+from capgeo_callbacks.run.budget import OPTIONAL, RULE_INPUT, OverheadBudget, steps_of
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.run.session import Measurements
 
@@ -87,12 +87,12 @@ class MeasureCallback(Callback):
         """The name of this callback's work in the overhead budget's record: its tag prefix, else its class's."""
         return self.prefix or type(self).__name__
 
-    def use_budget(self, budget: OverheadBudget | None, protected: bool = False) -> None:
+    def use_budget(self, budget: OverheadBudget | None, rule_input: bool = False) -> None:
         """Time this callback's work in ``budget`` and measure only where it allows (None: no budget);
-        ``protected``: the run's rules read what it measures, so it is never thinned."""
+        ``rule_input``: the run's rules read what it measures, so it is thinned last, to an even cadence."""
         self.budget = budget
         if budget is not None:
-            budget.add_work(self.work, protected)
+            budget.add_work(self.work, RULE_INPUT if rule_input else OPTIONAL)
 
     def timed(self) -> AbstractContextManager[Any]:
         """``with self.timed():`` charges the block to this callback's work in the budget (nothing without one)."""
@@ -169,12 +169,13 @@ def measurements_of(trainer: pl.Trainer, pl_module: pl.LightningModule) -> Measu
 
 def budget_measures(budget: OverheadBudget, trainer: pl.Trainer, reads: Callable[[list[str]], bool],
                     horizon: int | None) -> None:
-    """Hand a run's overhead budget to every measure callback of ``trainer`` (protected where ``reads(tags)``: the
-    run's rules read one of its tags), count its protected start over ``horizon`` steps, and start its clock."""
-    budget.horizon = horizon
+    """Hand a run's overhead budget to every measure callback of ``trainer`` (a rule input where ``reads(tags)``:
+    the run's rules read one of its tags), count its protected start over ``horizon`` steps (the run's, projected to
+    where this fit stops), and start its clock."""
+    budget.horizon, budget.stop = horizon, steps_of(trainer.max_steps)
     for callback in trainer.callbacks:
         if isinstance(callback, MeasureCallback):
-            callback.use_budget(budget, protected=reads(callback.tags))
+            callback.use_budget(budget, rule_input=reads(callback.tags))
     budget.start()
 
 

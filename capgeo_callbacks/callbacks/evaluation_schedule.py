@@ -31,6 +31,10 @@ class EvaluationSchedule(Callback):
     at the same steps as an unbroken one. Before the step-0 validation, the gradient-based monitors cache
     the first training batch, so step 0 reaches every measure.
 
+    **Cost.** About ``points`` validation passes whatever the run's length, where Lightning's default makes one at
+    the end of each epoch (none on an endless stream): :func:`~capgeo_callbacks.run.schedule.validation_passes`
+    counts them. They are the run's own time, apart from capgeo's measuring cost (docs/overhead.md).
+
     Args:
         steps: the steps to validate at; default :func:`~capgeo_callbacks.run.schedule.evaluation_steps` of
             ``max_steps`` with ``points`` and ``schedule``.

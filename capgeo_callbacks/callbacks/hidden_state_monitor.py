@@ -102,8 +102,8 @@ class HiddenStateMonitor(MeasureCallback):
                            f"{type(pl_module).__name__}; pass layers=[...] to choose")
 
     @override
-    def use_budget(self, budget: OverheadBudget | None, protected: bool = False) -> None:
-        super().use_budget(budget, protected)
+    def use_budget(self, budget: OverheadBudget | None, rule_input: bool = False) -> None:
+        super().use_budget(budget, rule_input)
         self.unit.capture.timing = self.timed  # the forward hooks' work too
 
     @override

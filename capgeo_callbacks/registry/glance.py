@@ -41,16 +41,19 @@ OTHER_CALLBACKS: tuple[CallbackRow, ...] = (
         "runs the rules on the run as it trains: alerts before acquisition, forecasts of the acquisition step, "
         "`capgeo_summary.json`, the dashboard",
         "your module logs an accuracy (`val/acc`, or `monitor=`); reads the measures' series",
-        f"`{FORECAST}<rule>`, `rankme_early/<layer>`, `rankme_floor/<layer>`, `capgeo/alerts_raised`; text "
-        "`capgeo/alerts`, `capgeo/verdict`; images `capgeo/story`, `capgeo/rankme_heatmap`",
-        "cheap: the rules on plain series; a figure where the story changes",
+        f"`{FORECAST}<rule>`, `rankme_early/<layer>`, `rankme_floor/<layer>`, `capgeo/alerts_raised`, "
+        "`capgeo/overhead_share`; text `capgeo/alerts`, `capgeo/verdict`; images `capgeo/story`, "
+        "`capgeo/rankme_heatmap`",
+        "cheap: the rules on plain series; a figure where the story changes; holds every capgeo callback to its "
+        "overhead budget (`overhead_budget=0.03`; `\"measure\"` only times)",
         "every validation"),
     CallbackRow(
         "EvaluationSchedule",
         "validates at step 0 and densely early, then evenly, instead of at a fixed interval",
         "a budget: `max_steps` or `max_epochs` on the Trainer (or `steps=`)",
         "none (the validations log what your module logs)",
-        "the validations it schedules",
+        "the validations it schedules, apart from capgeo's measuring: `points` (256) passes whatever the run's "
+        "length, where Lightning's default makes one an epoch",
         "about `points` validations over the run (256)"),
     CallbackRow(
         "StepProgressBar",
@@ -107,6 +110,7 @@ def glance_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
     lines += [
         "",
         "`<layer>` is a watched layer's short name (`model.layers.0` -> `layers.0`), `<rule>` a rule's name",
-        "(`acc-trend`). Measured overhead of the default callbacks: [Overhead](overhead.md).",
+        "(`acc-trend`). What capgeo costs a run, the overhead budget that holds it and what the schedule adds:",
+        "[Overhead](overhead.md); every run's summary says its own share (`overhead`).",
     ]
     return "\n".join(lines) + "\n"
