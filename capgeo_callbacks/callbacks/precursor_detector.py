@@ -64,9 +64,9 @@ class PrecursorDetector(Callback):
 
     Logged keys:
         ``forecast/<rule>``; ``rankme_early/<layer>``, ``rankme_floor/<layer>``, ``capgeo/alerts_raised``,
-        ``capgeo/overhead_share`` (under a budget: capgeo's share of the run's time so far); text
-        ``capgeo/alerts``, ``capgeo/verdict``; images ``capgeo/story``, ``capgeo/rankme_heatmap``; hparams metrics
-        ``capgeo/acquisition_step``, ``capgeo/gap``, ``capgeo/layer_order_rho``, ``capgeo/final_acc``.
+        ``capgeo/overhead_share`` (capgeo's share of the run's time so far); text ``capgeo/alerts``, ``capgeo/verdict``;
+        images ``capgeo/story``, ``capgeo/rankme_heatmap``; hparams ``capgeo/acquisition_step``, ``capgeo/gap``,
+        ``capgeo/layer_order_rho``, ``capgeo/final_acc``.
 
     Example::
 
@@ -89,8 +89,7 @@ class PrecursorDetector(Callback):
                                   live_figures=live_figures, warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor,
                                   rules_chosen=chosen, overhead_budget=overhead_budget)
         self._loss_sum, self._loss_count = 0.0, 0  # training losses since the previous evaluation
-        # this interval's losses, still tensors: read on the host only at an evaluation (no device sync in a step)
-        self._loss_pending: list[torch.Tensor] = []
+        self._loss_pending: list[torch.Tensor] = []  # this interval's, still tensors: no device sync in a step
         self._loss_chunks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sum, count) of each 64 pending
 
     @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
