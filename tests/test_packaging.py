@@ -124,3 +124,16 @@ def test_ci_builds_checks_and_installs_the_wheel() -> None:
     assert "git clone" not in fresh and '"$work/capgeo' not in fresh  # nothing installed from the checkout
     dev = _pyproject()["project"]["optional-dependencies"]["dev"]
     assert {_names([dep]).pop() for dep in dev} >= {"build", "twine"}
+
+
+def test_ci_tests_the_oldest_frameworks_allowed() -> None:
+    """CI runs the code meeting Lightning and transformers on the lower bounds pyproject.toml states, so a bound rises
+    only with what is tested there."""
+    assert ".ci/oldest.sh" in (ROOT / ".ci" / "run").read_text()
+    oldest = (ROOT / ".ci" / "oldest.sh").read_text()
+    project = _pyproject()["project"]
+    for name, dependencies in (("lightning", project["dependencies"]), ("transformers",
+                                                                      project["optional-dependencies"]["hf"])):
+        [bound] = [re.search(r">=([\d.]+)", dep).group(1) for dep in dependencies if _names([dep]) == {name}]
+        assert f'"{name}=={bound}.*"' in oldest, f"{name}: pyproject.toml allows {bound}, .ci/oldest.sh tests another"
+    assert "tests/integrations/test_compat.py" in oldest

@@ -11,19 +11,24 @@ on the oldest versions ``pyproject.toml`` allows (Lightning 2.4, transformers 4.
 - :func:`logged_step`: the fit loop's private ``_batches_that_stepped``, the step Lightning logs at.
 - :func:`calling_handler`: the ``transformers`` ``CallbackHandler`` calling a callback, found up the call stack
   where the callback was not attached to its Trainer.
+- :func:`mlflow_keys`: the keys ``transformers``' MLflow integration sends as they are before its later versions.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 
-__all__ = ["calling_handler", "logged_step", "schedules_validation", "validate_after_this_batch", "validate_now"]
+__all__ = ["calling_handler", "logged_step", "mlflow_keys", "schedules_validation", "validate_after_this_batch",
+           "validate_now"]
 
 NEVER = sys.maxsize  # a validation interval no batch count reaches
+MLFLOW_REFUSED = re.compile(r"[^0-9A-Za-z_\-. :/]")  # the characters MLflow refuses in a metric's name
 
 
 def schedules_validation(trainer: pl.Trainer) -> bool:
@@ -89,3 +94,10 @@ def calling_handler(callback: Any, handler_type: type) -> Any | None:
         return None
     finally:
         del frame  # a frame held in a local keeps its whole stack alive
+
+
+def mlflow_keys(logs: Mapping[str, float]) -> dict[str, float]:
+    """``logs`` with the characters MLflow refuses in a key replaced by ``_`` (``rankme/layers.0+final_norm`` ->
+    ``rankme/layers.0_final_norm``), as transformers 5.x's ``MLflowCallback.on_log`` replaces them itself; 4.40's
+    sends them as they are, and MLflow then drops the whole batch. Replacing twice changes nothing."""
+    return {MLFLOW_REFUSED.sub("_", key): value for key, value in logs.items()}

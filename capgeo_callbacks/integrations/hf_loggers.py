@@ -46,7 +46,7 @@ except ImportError as err:
 if TYPE_CHECKING:
     from transformers import Trainer
 
-from capgeo_callbacks.integrations.compat import calling_handler
+from capgeo_callbacks.integrations.compat import calling_handler, mlflow_keys
 from capgeo_callbacks.publish.loggers import TrainerPublisher, WarnFn
 
 __all__ = ["PREFIX", "TrainerLogs", "attach", "bind", "callback_handler", "lightning_loggers", "put_first"]
@@ -91,7 +91,7 @@ class _TensorBoard(TensorBoardLogger):
     """transformers' ``TensorBoardCallback`` as a Lightning ``TensorBoardLogger``: its writer, in its folder."""
 
     def __init__(self, callback: TensorBoardCallback) -> None:
-        super().__init__(callback.logging_dir or ".", name="", version="")
+        super().__init__(callback.tb_writer.get_logdir(), name="", version="")  # the writer's folder
         self.callback = callback
 
     @property
@@ -101,7 +101,7 @@ class _TensorBoard(TensorBoardLogger):
 
 def lightning_loggers(callbacks: Sequence[TrainerCallback]) -> list[Logger]:
     """The integrations among ``callbacks`` that take text, images and hparams, as Lightning loggers: a
-    TensorBoard writer that is open, the MLflow run and the W&B run that are active."""
+    TensorBoard writer that is open (``tb_writer``), the MLflow run and the W&B run that are active."""
     loggers: list[Logger] = []
     for callback in callbacks:
         if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
@@ -174,7 +174,8 @@ class TrainerLogs(TrainerPublisher):
         state.log_history.append({**self.values, "step": state.global_step})
         for callback in self._listeners:
             try:
-                callback.on_log(args, state, control, logs=dict(self.values), **event)
+                logs = mlflow_keys(self.values) if isinstance(callback, MLflowCallback) else dict(self.values)
+                callback.on_log(args, state, control, logs=logs, **event)
             except Exception as error:  # noqa: BLE001 - a logger's failure must not stop training
                 name = type(callback).__name__
                 self.warn(f"{name}:on_log", f"{name}.on_log failed on capgeo's values ({type(error).__name__}: "

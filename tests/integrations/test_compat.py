@@ -4,6 +4,7 @@ the evaluation schedule relies on (read from it, so these run on the oldest Ligh
 from __future__ import annotations
 
 import ast
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,8 @@ def framework_private_names() -> tuple[set[str], set[str]]:
     else:
         objects += [transformers.Trainer, CallbackHandler, TensorBoardCallback]
         for integration in (MLflowCallback, WandbCallback):  # their modules (``_ml_flow``, ``_wandb``), where installed
-            try:
+            with contextlib.suppress(ImportError, RuntimeError):
                 objects.append(integration())
-            except (ImportError, RuntimeError):
-                pass
         bases.append(transformers.TrainerCallback)
     met = private(name for one in objects for name in (*getattr(one, "__dict__", {}), *dir(type(one)), *dir(one)))
     return met, private(name for base in bases for name in dir(base))

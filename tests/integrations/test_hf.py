@@ -188,6 +188,9 @@ def test_attach_binds_to_the_trainer_s_callback_handler(attached: bool, tmp_path
 def test_resumed_run_rebuilds_its_series_from_the_log_history(tmp_path: Path) -> None:
     first = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9)
     train(tmp_path, [first], save_strategy="steps", save_steps=20)
+    # the RNG state is transformers' own business, and 4.40 cannot load it back under torch >= 2.6 (torch.load's
+    # weights_only default; 5.x can): without it, the run resumes all the same
+    (tmp_path / "checkpoint-20" / "rng_state.pth").unlink()
     resumed = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9)
     train(tmp_path, [resumed], resume=str(tmp_path / "checkpoint-20"))
     assert resumed.steps == first.steps == [0, 1, 4, 10, 16, 22, 28, 34, 40]
