@@ -29,9 +29,10 @@ class EvaluationSchedule(Callback):
     schedule?" (after a whole optimizer step, so gradient accumulation is respected; through the trainer's
     ``val_check_batch``, :mod:`~capgeo_callbacks.integrations.compat`), and runs one validation before the
     first training step if 0 is scheduled. Everything else is Lightning's own validation: its hooks, its
-    logging, one more validation where a stop is asked for mid-epoch, and its restart logic, so a run resumed from a checkpoint saved after a validation evaluates
-    at the same steps as an unbroken one. Before the step-0 validation, the gradient-based monitors cache
-    the first training batch, so step 0 reaches every measure.
+    logging, one more validation where a stop is asked for mid-epoch, and its restart logic, so a run resumed
+    from a checkpoint saved after a validation evaluates at the same steps as an unbroken one. Before the
+    step-0 validation, the gradient-based monitors cache the first training batch, so step 0 reaches every
+    measure.
 
     Args:
         steps: the steps to validate at; default :func:`~capgeo_callbacks.run.schedule.evaluation_steps` of
