@@ -132,7 +132,7 @@ def main(framework: str = "lightning", max_steps: int = 300, points: int = 96, s
                              weight_decay=0.0, seed=seed, use_cpu=True, report_to=[], save_strategy="no",
                              logging_steps=50, disable_tqdm=True)
     capgeo = CapgeoTrainerCallback(val.rows(), points=points, rules=default_rules(), on_alert=print)
-    HFTrainer(model=gpt2(seed), args=args, train_dataset=train, callbacks=[capgeo]).train()
+    capgeo.attach(HFTrainer(model=gpt2(seed), args=args, train_dataset=train)).train()
     return output_dir
 
 

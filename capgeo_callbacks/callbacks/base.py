@@ -33,6 +33,7 @@ from capgeo_callbacks.capture.batches import (
 )
 from capgeo_callbacks.capture.measuring import measuring
 from capgeo_callbacks.detection.series import append_point
+from capgeo_callbacks.integrations.compat import logged_step as lightning_logged_step
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
 from capgeo_callbacks.run.budget import OPTIONAL, RULE_INPUT, OverheadBudget, steps_of
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
@@ -124,7 +125,7 @@ class MeasureCallback(Callback):
         if finite and trainer.is_global_zero:
             # the step Lightning logs the validation's own metrics at (optimizer steps taken before this
             # validation's hooks ran), so that RankMe and val/acc line up in every logger
-            logged_step = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", step)
+            logged_step = lightning_logged_step(trainer, step)
             for logger in trainer.loggers:
                 logger.log_metrics(finite, step=logged_step if trainer.state.fn == "fit" else step)
 
