@@ -271,7 +271,7 @@ def page(path: Path = REGISTRATION) -> str:
         "What the probability reads: the elapsed share of the budget, the accuracy (its level, gain and slope), the "
         "validation loss (its fall and slope) and the weight norm (its change and slope). **It holds no geometric "
         "feature** (no RankMe, no probe). How well the runs' settings alone tell them apart: "
-        "[below](#the-runs-settings-alone-exploratory-added-after-the-registration).",
+        "[below](grokking.md#the-runs-settings-alone-exploratory-added-after-the-registration).",
         "",
         "## Will it grok within the budget? (AUROC)",
         "",

@@ -254,8 +254,8 @@ def page() -> str:
         "gave them the same coefficient.) The runs that never acquire were made so by their settings (a budget too "
         "short, a learning rate ten times too low), which the weight norm and the loss see: the registered test asks "
         "who will learn among runs that differ in their settings, not among twins (a test on twin runs asks that). "
-        "How well those settings alone tell the runs apart: [below](#the-runs-settings-alone-exploratory-added-after-"
-        "the-registration).",
+        "How well those settings alone tell the runs apart: "
+        "[below](who-learns.md#the-runs-settings-alone-exploratory-added-after-the-registration).",
         "",
         f"Held-out runs: {len(heldout)}: {positives} acquired within their budget, {negatives} non-control runs did "
         f"not, {controls} shuffled-answer controls. At each share of the budget the AUROC counts the non-control runs "
