@@ -44,7 +44,7 @@ from capgeo_callbacks.registry import (
     measure_transitions,
 )
 from capgeo_callbacks.rules import Rule, StudyRule
-from capgeo_callbacks.run.reading import newest_version, version_number
+from capgeo_callbacks.run.reading import newest_version, overhead_line, version_number
 from capgeo_callbacks.run.schedule import linear_interval
 from capgeo_callbacks.run.summary import json_safe
 from models import CapabilityModule
@@ -92,8 +92,8 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
     :data:`MEASURE_OPTIONS` (its registry defaults for a measure not there), with the precursor detector
     always. Each of ``extra_selectors`` adds a RankMe monitor with that token selector under the tag prefix
     ``rankme_<selector>`` (detection reads the default ``rankme/``; ILDR is measured on the default rows only). The
-    detector keeps the overhead budget ``run_info["overhead_budget"]`` (none when it is not there): a run fixes it
-    and records it."""
+    detector keeps the overhead budget ``run_info["overhead_budget"]`` (a share, ``"measure"``, or none when it is not
+    there): a run fixes it and records it."""
     options = {name: dict(MEASURE_OPTIONS[name]) if name in MEASURE_OPTIONS else get_measure(name).callback_options()
                for name in measure_names()}
     if answer_len is not None:  # the answer rows the validation set has (no warning about fewer rows)
@@ -369,6 +369,8 @@ def print_summary(summary: dict[str, Any], trainer: pl.Trainer) -> None:
         print(verdict_table(summary))
     if rules := rules_table(summary):
         print(rules)
+    if cost := overhead_line(summary):
+        print(cost)
 
 
 def quiet_lightning() -> None:

@@ -17,7 +17,7 @@ import tasks
 from capgeo_callbacks.capture.selectors import SELECTORS
 from capgeo_callbacks.registry import measures_help, resolve_measures
 from capgeo_callbacks.rules import Rule, rules_from_registration
-from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, check_overhead_budget
+from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, MEASURE, overhead_budget_arg
 from capgeo_callbacks.run.schedule import SCHEDULES
 from models import SIZES
 from models.lightning_module import LR_SCHEDULES
@@ -56,10 +56,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="after the warm-up: 'cosine' decay to a tenth of --lr at --max-steps, or 'constant'")
     parser.add_argument("--seed", type=int, default=0, help="seed for data, initialisation and training")
     parser.add_argument("--measures", default="default", help=measures_help())
-    parser.add_argument("--overhead-budget", type=float, default=DEFAULT_OVERHEAD_BUDGET, metavar="SHARE",
-                        help="capgeo's own time at most this share of the run's, over the run: measures the rules do "
-                             "not read and live figures are thinned after the first tenth of the steps where the run "
-                             "cannot pay for them (0: off; the summary records it and what was thinned)")
+    parser.add_argument("--overhead-budget", default=MEASURE, metavar="SHARE|measure|off",
+                        help="'measure' (the default here: a bench run is data, every series whole): time capgeo's "
+                             "work and thin nothing; a share such as "
+                             f"{DEFAULT_OVERHEAD_BUDGET} (the library's default): capgeo's own time at most that share "
+                             "of the run's, over the whole run: after the first tenth of the steps, optional work is "
+                             "thinned first and the rules' inputs last, to an even cadence, said once; 0 or 'off': no "
+                             "budget. The summary's 'overhead' says what capgeo cost")
     parser.add_argument("--eval-points", type=int, default=EVALUATION_POINTS, help="evaluations per run (about)")
     parser.add_argument("--eval-schedule", default="geometric", choices=SCHEDULES,
                         help="when to evaluate: 'geometric' (step 0, a quarter of the points geometrically over the "
@@ -117,7 +120,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.eval_points < 1:
         parser.error(f"--eval-points must be at least 1, got {args.eval_points}")
     try:
-        args.overhead_budget = check_overhead_budget(args.overhead_budget)
+        args.overhead_budget = overhead_budget_arg(args.overhead_budget)
     except ValueError as err:
         parser.error(f"--overhead-budget: {err}")
     if args.task_params is not None:

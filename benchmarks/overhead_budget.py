@@ -1,27 +1,39 @@
-"""The overhead budget's real ratio: ``train.py`` with the default measures under budgets, against ``--measures none``.
+"""capgeo's self-measured share against paired whole runs: ``train.py`` with the default measures under each
+``--overhead-budget`` setting, against the same run with ``--measures none``.
 
-    python -m benchmarks.overhead_budget --task mod --difficulty hard --max-steps 600 --stop-at-step 600 --repeats 2
+    python -m benchmarks.overhead_budget --task sort --difficulty hard --out benchmarks/results/budget/sort-hard.json
+    python -m benchmarks.overhead_budget --task reverse --difficulty easy --out benchmarks/results/budget/reverse.json
+    python -m benchmarks.overhead_budget --task mod --difficulty hard --max-steps 40 --stop-at-step 12 --min-pairs 1 \\
+        --max-pairs 1                                                               # a smoke test, no figure to keep
 
-One small run (``--max-steps`` steps, stopped at ``--stop-at-step``, under the whole run's evaluation schedule) is
-trained, interleaved and ``repeats`` times each, with ``--measures none`` and with the default measures under each
-budget of ``--budgets`` (0 is the budget off: every measurement, as before the budget existed), on one thread,
-process CPU time. Each measured run gives its ratio against the ``none`` run of the same round, and its summary's
-record of the budget (capgeo's share as the budget measured it, whether it was kept, and how many evaluations each
-piece of work was thinned at). A ratio is compared with the budget as ``1 + budget``; nothing here is asserted.
+Each round trains the bare run (``--measures none --overhead-budget off``) and one run per setting of
+``--settings`` (default ``measure`` and ``0.03``: every series whole, and the budget), in an order that alternates
+from round to round, on one thread. A measured run's ratio is its fitting CPU time over the bare run's of the same
+round (the summary's ``cpu_seconds``: from the start of fitting, as the budget counts). Rounds go on from
+``--min-pairs`` until every setting's mean ratio has a 95% interval (Student's t) at most ``--width`` either side, or
+until ``--max-pairs``. Each run's summary gives the self-measured figures: capgeo's CPU share over the whole run and
+after the protected start, and the ratio it predicts against the bare run, ``(run + capgeo) / (run + detector)``
+(the bare run keeps the detector that writes its summary). A setting agrees with its pairs when the interval holds
+the median predicted ratio. Nothing is asserted: run it on a quiet machine, never beside other work.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import train
-from benchmarks._timing import add_timing_args, apply_timing_args, interleaved, median
+from benchmarks._timing import apply_timing_args
+from benchmarks.overhead import provenance
+from capgeo_callbacks.run.budget import overhead_budget_arg
+from capgeo_callbacks.run.reading import capgeo_share
 
 
 def run(argv: list[str]) -> dict[str, Any]:
@@ -29,70 +41,100 @@ def run(argv: list[str]) -> dict[str, Any]:
         return train.main([*argv, "--logdir", logdir, "--no-progress"])
 
 
+def interval(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and the half-width of its 95% interval (Student's t; inf below two values)."""
+    from scipy.stats import t
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.inf
+    return mean, float(t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def predicted_ratio(summary: dict[str, Any]) -> float | None:
+    """The ratio against the bare run that a run's own record predicts: ``(run + capgeo) / (run + detector)``, CPU."""
+    record = summary.get("overhead") or {}
+    run_cpu, own = record.get("run_cpu_seconds"), record.get("capgeo_cpu_seconds")
+    if not run_cpu or own is None:
+        return None
+    detector = (record.get("work") or {}).get("detector", {}).get("cpu_seconds", 0.0)
+    return (run_cpu + own) / (run_cpu + detector)
+
+
+def row(setting: str, ratios: list[float], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One setting's pairs and what its runs measured of themselves."""
+    mean, half = interval(ratios)
+    predicted = [p for p in map(predicted_ratio, summaries) if p is not None]
+    expected = statistics.median(predicted) if predicted else None
+    return {"setting": setting, "ratios": ratios, "mean": mean, "half_width": half,
+            "whole_run": [capgeo_share(s) for s in summaries],
+            "after_start": [capgeo_share(s, part="after_start") for s in summaries],
+            "predicted": predicted, "agrees": None if expected is None or math.isinf(half) else
+            abs(expected - mean) <= half,
+            "thinned": [(s.get("overhead") or {}).get("thinned") for s in summaries],
+            "stride": [(s.get("overhead") or {}).get("rule_input_stride") for s in summaries]}
+
+
+def median(values: list[Any]) -> str:
+    """The median of the values found, as text ("-": none)."""
+    found = [v for v in values if v is not None]
+    return f"{statistics.median(found):.4f}" if found else "-"
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="mod")
+    parser.add_argument("--task", default="sort")
     parser.add_argument("--difficulty", default="hard")
-    parser.add_argument("--max-steps", type=int, default=600, help="the run's budget (0: the level's)")
-    parser.add_argument("--stop-at-step", type=int, default=600)
-    parser.add_argument("--budgets", type=float, nargs="+", default=[0.0, 0.03, 0.01])
-    parser.add_argument("--measures", default="default",
-                        help="train.py --measures of the measured runs (with the registered rules, the default "
-                             "measures are all rule inputs: only the live story card is optional; 'all' adds the "
-                             "costly measures, which are)")
+    parser.add_argument("--max-steps", type=int, default=0, help="the run's budget (0: the level's)")
+    parser.add_argument("--stop-at-step", type=int, default=0, help="stop early (0: the whole run)")
+    parser.add_argument("--settings", nargs="+", default=["measure", "0.03"], help="--overhead-budget values")
+    parser.add_argument("--measures", default="default", help="train.py --measures of the measured runs")
+    parser.add_argument("--min-pairs", type=int, default=5)
+    parser.add_argument("--max-pairs", type=int, default=30)
+    parser.add_argument("--width", type=float, default=0.02, help="stop when every 95%% interval is at most this "
+                                                                  "either side of its mean ratio")
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
-    add_timing_args(parser, repeats=2)
     args = parser.parse_args(argv)
-    clock = apply_timing_args(args)
+    for setting in args.settings:
+        overhead_budget_arg(setting)  # a bad setting fails here, before any run
+    args.repeats, args.clock = 1, "cpu"
+    apply_timing_args(args)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    base = ["--task", args.task, "--difficulty", args.difficulty, "--stop-at-step", str(args.stop_at_step),
-            *(["--max-steps", str(args.max_steps)] if args.max_steps else [])]
-    summaries: dict[str, list[dict[str, Any]]] = {}
-
-    def measured(budget: float) -> Any:
-        def go() -> None:
-            summaries.setdefault(f"{budget:g}", []).append(run([*base, "--measures", args.measures,
-                                                                "--overhead-budget", str(budget)]))
-        return go
-
-    candidates = {"none": lambda: run([*base, "--measures", "none"]),
-                  **{f"{budget:g}": measured(budget) for budget in args.budgets}}
+    base = ["--task", args.task, "--difficulty", args.difficulty,
+            *(["--max-steps", str(args.max_steps)] if args.max_steps else []),
+            *(["--stop-at-step", str(args.stop_at_step)] if args.stop_at_step else [])]
+    argvs = {"none": [*base, "--measures", "none", "--overhead-budget", "off"],
+             **{s: [*base, "--measures", args.measures, "--overhead-budget", s] for s in args.settings}}
+    summaries: dict[str, list[dict[str, Any]]] = {name: [] for name in argvs}
     load = os.getloadavg()
-    times = interleaved(candidates, args.repeats, warmup=0, clock=clock)
-    rows = []
-    for name in candidates:
-        if name == "none":
-            continue
-        ratios = [t / n for t, n in zip(times[name], times["none"], strict=True)]
-        records = [summary.get("overhead") for summary in summaries[name]]
-        shares = [record["share"] for record in records if record]
-        thinned: dict[str, list[int]] = {}
-        for record in records:
-            for work, counts in (record or {}).get("work", {}).items():
-                thinned.setdefault(work, []).append(counts["thinned"])
-        rows.append({"budget": float(name), "ratios": ratios, "ratio": median(ratios), "shares": shares,
-                     "thinned": thinned, "evaluations": len(summaries[name][0]["series"]["acc"])})
-    steps = summaries[next(iter(summaries))][0]["steps"]
-    print(f"{args.task}/{args.difficulty}, the first {steps} steps of its run; --measures {args.measures} under each "
-          "budget vs "
-          f"--measures none; {args.repeats} interleaved round(s), {clock} time, {args.threads} thread(s); none: "
-          f"{', '.join(f'{t:.1f}' for t in times['none'])} s; 1-minute load {load[0]:.1f} to {os.getloadavg()[0]:.1f}")
-    print("| budget | ratio of each round | median ratio | capgeo's share as the budget measured it | thinned (per "
-          "piece of work, each round) |")
-    print("| ---: | --- | ---: | --- | --- |")
-    for row in rows:
-        budget = "off" if row["budget"] == 0 else f"{row['budget']:g}"
-        shares = ", ".join(f"{share:.3f}" for share in row["shares"]) or "(not measured: off)"
-        thinned = "; ".join(f"{work} {', '.join(map(str, counts))}" for work, counts in row["thinned"].items()
-                            if any(counts)) or "nothing"
-        print(f"| {budget} | {', '.join(f'{r:.3f}' for r in row['ratios'])} | {row['ratio']:.3f} | {shares} | "
-              f"{thinned} |")
+    rows: list[dict[str, Any]] = []
+    for pair in range(args.max_pairs):
+        for name in argvs if pair % 2 == 0 else reversed(argvs):
+            summaries[name].append(run(argvs[name]))
+        bare = [s["cpu_seconds"] for s in summaries["none"]]
+        rows = [row(s, [m["cpu_seconds"] / n for m, n in zip(summaries[s], bare, strict=True)], summaries[s])
+                for s in args.settings]
+        if pair + 1 >= args.min_pairs and all(r["half_width"] <= args.width for r in rows):
+            break
+    steps = summaries["none"][0]["steps"]
+    print(f"{args.task}/{args.difficulty}, {steps} steps, --measures {args.measures} under each --overhead-budget vs "
+          f"--measures none; {len(bare)} interleaved pair(s), fitting CPU time, {args.threads} thread(s); bare: "
+          f"{', '.join(f'{b:.1f}' for b in bare)} s; 1-minute load {load[0]:.1f} to {os.getloadavg()[0]:.1f}")
+    print("| setting | ratio of each pair | mean ratio [95% interval] | capgeo's CPU share, whole run (median) | after "
+          "the protected start (median) | ratio it predicts (median) | agrees | thinned | stride |")
+    print("| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['setting']} | {', '.join(f'{x:.3f}' for x in r['ratios'])} | {r['mean']:.3f} "
+              f"[{r['mean'] - r['half_width']:.3f}, {r['mean'] + r['half_width']:.3f}] | {median(r['whole_run'])} | "
+              f"{median(r['after_start'])} | {median(r['predicted'])} | {r['agrees']} | {median(r['thinned'])} | "
+              f"{median(r['stride'])} |")
     result = {"task": args.task, "difficulty": args.difficulty, "steps": steps, "measures": args.measures,
-              "clock": clock, "threads": args.threads,
-              "none": times["none"], "rows": rows, "load_average": [load[0], os.getloadavg()[0]]}
+              "threads": args.threads, "bare": bare, "rows": rows, "load_average": [load[0], os.getloadavg()[0]],
+              "provenance": provenance("cpu", args.threads, {})}
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+        args.out.write_text(json.dumps(result, indent=1, default=str))
     return result
 
 

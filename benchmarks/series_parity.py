@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from capgeo_callbacks.publish.dashboard import OVERHEAD_TAG
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
 
 COMPARED_FIELDS = ("acquisition_step", "verdict", "gap", "layer_order_rho", "labels", "layers", "measures", "rows",
@@ -57,7 +58,8 @@ def tensorboard_scalars(run: Path) -> dict[str, list[list[float]]]:
 
     events = EventAccumulator(str(run), size_guidance={"scalars": 0})
     events.Reload()
-    return {tag: [[e.step, e.value] for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return {tag: [[e.step, e.value] for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+            if tag != OVERHEAD_TAG}  # a cost: it differs run to run
 
 
 def compare(before: Path, after: Path) -> list[str]:

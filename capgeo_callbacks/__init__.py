@@ -14,6 +14,7 @@ the stopper, a tuner); rules, the stopping policy and detection work on plain se
 __version__ = "0.1.0"  # the package's version (pyproject.toml reads it here)
 
 from capgeo_callbacks.callbacks import (
+    CommutatorDefectMonitor,
     EvaluationSchedule,
     GradientMeasureCallback,
     GradientRankMonitor,
@@ -35,6 +36,7 @@ from capgeo_callbacks.detection import (
     precursor_verdict,
 )
 from capgeo_callbacks.measures import (
+    commutator_defect,
     effective_rank,
     estimate_llc,
     gradient_covariance_rank,
@@ -70,6 +72,7 @@ from capgeo_callbacks.run.summary import SUMMARY_FILENAME, read_summary
 __all__ = [
     "SUMMARY_FILENAME",
     "Alert",
+    "CommutatorDefectMonitor",
     "DetectionSettings",
     "EvaluationSchedule",
     "Forecast",
@@ -92,6 +95,7 @@ __all__ = [
     "WeightNormMonitor",
     "StepProgressBar",
     "StoppingPolicy",
+    "commutator_defect",
     "default_rules",
     "detect_acquisition",
     "detect_collapse",

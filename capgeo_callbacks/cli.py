@@ -1,6 +1,7 @@
 """The ``capgeo`` command: one entry point for capgeo's tools.
 
     capgeo score RUNS --rules probe-crossing study     # score warning rules and forecasters on a folder of runs
+    capgeo score RUNS --calibration CAL                # ... and each rule's lead at a point chosen on CAL
     capgeo offline CHECKPOINTS...                      # RankMe and detection over saved checkpoints
     capgeo dashboard RUN OUT                           # screenshots of a run's TensorBoard dashboard
     capgeo measures                                    # the registered measures
@@ -23,7 +24,8 @@ __all__ = ["COMMANDS", "main"]
 
 # name -> (module whose main(argv) runs it, what it does)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "score": ("capgeo_callbacks.scoring.scores", "score warning rules and forecasters on a folder of runs"),
+    "score": ("capgeo_callbacks.scoring.command", "score warning rules and forecasters on a folder of runs; with "
+              "calibration runs, each rule's operating point and its lead"),
     "offline": ("capgeo_callbacks.offline.cli", "per-layer RankMe and detection over saved checkpoints or "
                 "Hugging Face revisions"),
     "dashboard": ("capgeo_callbacks.publish.screenshots", "screenshots of a run's TensorBoard dashboard (needs "

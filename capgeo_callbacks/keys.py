@@ -2,8 +2,9 @@
 
 A run's record holds the monitored accuracy as ``acc`` and every other series under the tag it was logged with:
 the validation scalars a module logs (``val/...``), the training loss and learning rate, and one series per layer
-under a measure's prefix (``rankme/<layer>``, ``ildr/<layer>``, ``probe_acc/<layer>``). Rules name what they read
-with these keys (:class:`~capgeo_callbacks.rules.Needs`); :data:`HOW_TO_RECORD` says how a missing one is recorded.
+under a measure's prefix (``rankme/<layer>``, ``ildr/<layer>``, ``probe_acc/<layer>``) or, for a measure of the whole
+model, its own name (``commutator/defect``). Rules name what they read with these keys
+(:class:`~capgeo_callbacks.rules.Needs`); :data:`HOW_TO_RECORD` says how a missing one is recorded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "ACC",
+    "COMMUTATOR_DEFECT",
     "FORECAST",
     "HOW_TO_RECORD",
     "ILDR",
@@ -45,6 +47,7 @@ RANKME = "rankme/"  # RankMe of each watched layer: rankme/<layer>
 ILDR = "ildr/"  # inter/intra-class distance ratio of each watched layer, on RankMe's rows: ildr/<layer>
 PROBE_ACC = "probe_acc/"  # held-out linear probe accuracy of each watched layer: probe_acc/<layer>
 WEIGHT_NORM = "weight_norm/"  # L2 norm of the parameters: weight_norm/global and weight_norm/<layer>
+COMMUTATOR_DEFECT = "commutator/defect"  # the commutator defect of the loss on fixed pairs of training batches
 FORECAST = "forecast/"  # each forecaster's predicted acquisition step: forecast/<rule>
 PROBABILITY = "probability/"  # a forecaster's probability of acquisition within the budget: probability/<rule>
 
@@ -53,6 +56,8 @@ HOW_TO_RECORD = {
     ILDR: "attach RankMeMonitor(layers=...) to the Trainer, on validation batches that hold targets",
     PROBE_ACC: "attach LinearProbeMonitor(layers=...) to the Trainer",
     WEIGHT_NORM: "attach WeightNormMonitor() to the Trainer",
+    COMMUTATOR_DEFECT: "attach CommutatorDefectMonitor() to the Trainer (with loss_fn=... unless the batches are "
+                       "capgeo's dicts)",
     VAL_LOSS: "log it in validation_step, self.log('val/loss', loss), or name yours: "
               "PrecursorDetector(loss_monitor='...')",
     LOGPROB: "log the answer's mean log-prob as 'val/logprob', or name yours: PrecursorDetector(logprob_monitor='...')",

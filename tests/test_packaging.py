@@ -24,6 +24,8 @@ CHECKOUT_ONLY = ("tasks", "models", "study", "tests", "benchmarks", "examples", 
 IMPORT_NAMES = {"scikit_learn": "sklearn", "pyyaml": "yaml"}  # distribution -> import name, where they differ
 SERVED = {"tensorboard"}  # not imported: Lightning's default logger writes for it and `capgeo dashboard` runs it
 NOT_FEATURES = ("dev", "docs")  # extras that add no feature of the library
+# imported only where the user's own transformers integration for them runs, which imported them first
+USERS_LOGGERS = {"mlflow", "wandb"}
 
 
 def test_the_wheel_installs_the_library_only(tmp_path: Path) -> None:
@@ -98,7 +100,8 @@ def test_the_runtime_dependencies_are_what_the_library_imports() -> None:
     assert required - SERVED <= imported, f"dependencies the library never imports: {required - SERVED - imported}"
     # the rest, imported only inside the functions that use them (the integrations, the scorer's extras), each in
     # the extra of its feature
-    assert imported - required <= extras, f"imported but neither required nor in an extra: {imported - required}"
+    assert imported - required - USERS_LOGGERS <= extras, \
+        f"imported but neither required nor in an extra: {imported - required - USERS_LOGGERS - extras}"
     assert "torchmetrics" not in required  # the checkout's models use it, not the library
 
 
@@ -124,3 +127,16 @@ def test_ci_builds_checks_and_installs_the_wheel() -> None:
     assert "git clone" not in fresh and '"$work/capgeo' not in fresh  # nothing installed from the checkout
     dev = _pyproject()["project"]["optional-dependencies"]["dev"]
     assert {_names([dep]).pop() for dep in dev} >= {"build", "twine"}
+
+
+def test_ci_tests_the_oldest_frameworks_allowed() -> None:
+    """CI runs the code meeting Lightning and transformers on the lower bounds pyproject.toml states, so a bound rises
+    only with what is tested there."""
+    assert ".ci/oldest.sh" in (ROOT / ".ci" / "run").read_text()
+    oldest = (ROOT / ".ci" / "oldest.sh").read_text()
+    project = _pyproject()["project"]
+    for name, dependencies in (("lightning", project["dependencies"]), ("transformers",
+                                                                      project["optional-dependencies"]["hf"])):
+        [bound] = [re.search(r">=([\d.]+)", dep).group(1) for dep in dependencies if _names([dep]) == {name}]
+        assert f'"{name}=={bound}.*"' in oldest, f"{name}: pyproject.toml allows {bound}, .ci/oldest.sh tests another"
+    assert "tests/integrations/test_compat.py" in oldest

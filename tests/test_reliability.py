@@ -34,6 +34,7 @@ CHEAP_MEASURES: dict[str, dict[str, Any]] = {
     "hessian": {"every_n_evals": 2, "batch_size": 16, "k": 2, "num_iterations": 8, "trace": True,
                 "trace_samples": 2},
     "llc": {"every_n_evals": 2, "num_chains": 2, "num_draws": 5, "batch_size": 16, "num_batches": 1},
+    "commutator": {"every_n_evals": 2, "batch_size": 16, "num_pairs": 1},
 }
 
 
@@ -83,7 +84,7 @@ def test_every_callback_attached_leaves_training_bit_identical(tmp_path: Path,
     watched = runs["all"][0]
     series = watched["series"]
     for tag in ("rankme/blocks.0", "rankme/norm_f", "ildr/blocks.0", "ildr/norm_f", "probe_acc/norm_f", "grad_erank",
-                "grad_cov_rank", "hessian/eig_0", "hessian/trace", "llc"):
+                "grad_cov_rank", "hessian/eig_0", "hessian/trace", "llc", "commutator/defect"):
         assert series.get(tag), f"{tag} was never measured"
     assert [s for s, _ in series["llc"]] == evaluation_steps(24, 6)[::2]  # every other evaluation, step 0 included
     assert "series" not in runs["none"][0]  # no callback at all in the plain run
@@ -262,7 +263,9 @@ def test_hooks_and_rows_freed_after_every_evaluation_and_memory_stays_flat(
         (["--eval-points", "0"], ["--eval-points must be at least 1, got 0"]),
         (["--batch-size", "0"], ["--batch-size must be at least 1, got 0"]),
         (["--overhead-budget", "1.5"], ["--overhead-budget: overhead_budget must be a share of the run's time",
-                                        "None or 0 to switch it off; got 1.5"]),
+                                        "'measure' (time everything, thin nothing)",
+                                        "'off' (no budget, nothing timed); got 1.5"]),
+        (["--overhead-budget", "fast"], ["--overhead-budget: overhead_budget must be", "got 'fast'"]),
         (["--measures", "rankme,bogus"], ["unknown measure(s) bogus; valid: default, none, all", "llc"]),
         (["--size", "giant"], ["--size: invalid choice: 'giant'", *SIZES]),
         (["--difficulty", "extreme"], ["--difficulty: invalid choice: 'extreme'", *tasks.DIFFICULTIES]),
@@ -293,10 +296,10 @@ def test_measure_callbacks_come_from_measure_options() -> None:
     callbacks = train.build_measure_callbacks(list(train.MEASURES), run_info={})
     assert [type(cb).__name__ for cb in callbacks] == [
         "RankMeMonitor", "LinearProbeMonitor", "WeightNormMonitor", "GradientRankMonitor", "HessianMonitor",
-        "LLCMonitor", "PrecursorDetector"]
+        "LLCMonitor", "CommutatorDefectMonitor", "PrecursorDetector"]
     # each callback takes its cadence from the measure's options (RankMe's is its own default, every evaluation)
     cadences = [cb.every_n_evals for cb in callbacks if isinstance(cb, MeasureCallback)]
-    costly = ("grad_rank", "hessian", "llc")
+    costly = ("grad_rank", "hessian", "llc", "commutator")
     assert cadences == [1, train.MEASURE_OPTIONS["probes"]["every_n_evals"], 1] + \
         [train.MEASURE_OPTIONS[m]["every_n_evals"] for m in costly]
     # the detector always: it records every scalar and writes the summary, with or without measures

@@ -56,7 +56,8 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
     """Generated from the measure registry (capgeo_callbacks.registry), they are what train.py has always used:
     a run's values do not change with the registry."""
     assert (train.MEASURES, train.DEFAULT_MEASURES) == (
-        ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc"), ("rankme", "probes", "weight_norm"))
+        ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator"),
+        ("rankme", "probes", "weight_norm"))
     layers, options = ("model.blocks.*", "model.norm_f"), train.MEASURE_OPTIONS
     assert options == {
         "rankme": {"every_n_evals": 1, "layers": layers, "selector": "first_answer", "num_rows": 512},
@@ -65,12 +66,23 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
         "grad_rank": {"every_n_evals": 4, "batch_size": 64},
         "hessian": {"every_n_evals": 16, "k": 1, "num_iterations": 20, "batch_size": 64},
         "llc": {"every_n_evals": 32, "num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
+        "commutator": {"every_n_evals": 8, "batch_size": 64, "num_pairs": 1},
     }
     assert [train_cli.resolve_measures(spec) for spec in ("default", "none", "all", "llc,rankme")] == [
         ["rankme", "probes", "weight_norm"], [], list(train.MEASURES), ["llc", "rankme"]]
     callbacks = train.build_measure_callbacks(["llc", "rankme"], run_info={}, answer_len=1)
     assert [type(cb).__name__ for cb in callbacks] == ["RankMeMonitor", "LLCMonitor", "PrecursorDetector"]
     assert callbacks[-1].settings is train.SETTINGS
+
+
+def test_the_commutator_defect_is_a_flag_off_by_default() -> None:
+    assert "commutator" not in train.parse_args(["--task", "sort"]).measure_names
+    names = train.parse_args(["--task", "sort", "--measures", "default,commutator"]).measure_names
+    assert names == ["rankme", "probes", "weight_norm", "commutator"]
+    callbacks = train.build_measure_callbacks(names, run_info={}, answer_len=1)
+    monitor = next(cb for cb in callbacks if type(cb).__name__ == "CommutatorDefectMonitor")
+    assert (monitor.every_n_evals, monitor.batch_size, monitor.num_pairs) == (8, 64, 1)
+    assert train.parse_args(["--task", "sort"]).overhead_budget == "measure"  # the bench keeps every point
 
 
 @pytest.mark.parametrize("stop", ["0", "101"])
@@ -118,6 +130,11 @@ def test_tiny_run_leaves_what_the_spec_lists(tmp_path, capsys) -> None:
     assert saved["selectors"]["rankme"] == "first_answer"
     # the geometric schedule over 48 steps: the initialised model, two early points, three evenly after
     assert [p[0] for p in saved["series"]["rankme/norm_f"]] == evaluation_steps(48, 6) == [0, 1, 5, 19, 34, 48]
+    # the bench measures by default: every point kept, capgeo's share recorded, printed and in the run info
+    overhead = saved["overhead"]
+    assert saved["overhead_budget"] == "measure" and (overhead["setting"], overhead["thinned"]) == ("measure", 0)
+    assert all(overhead["shares"]["whole_run"][clock] > 0 for clock in ("cpu", "wall"))
+    assert "capgeo's cost: CPU " in printed and "measured only, nothing thinned" in printed
 
 
 def _probe_many(logdir: str) -> int:

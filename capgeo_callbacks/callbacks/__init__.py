@@ -1,6 +1,7 @@
 """Lightning callbacks: thin glue around the measures and detection (one callback a file)."""
 
 from capgeo_callbacks.callbacks.base import GradientMeasureCallback, MeasureCallback
+from capgeo_callbacks.callbacks.commutator_monitor import CommutatorDefectMonitor
 from capgeo_callbacks.callbacks.evaluation_schedule import EvaluationSchedule
 from capgeo_callbacks.callbacks.gradient_rank_monitor import GradientRankMonitor
 from capgeo_callbacks.callbacks.hessian_monitor import HessianMonitor
@@ -13,6 +14,7 @@ from capgeo_callbacks.callbacks.weight_norm_monitor import WeightNormMonitor
 from capgeo_callbacks.run.failures import never_fails
 
 __all__ = [
+    "CommutatorDefectMonitor",
     "EvaluationSchedule",
     "GradientMeasureCallback",
     "GradientRankMonitor",

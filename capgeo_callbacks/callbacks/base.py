@@ -33,8 +33,9 @@ from capgeo_callbacks.capture.batches import (
 )
 from capgeo_callbacks.capture.measuring import measuring
 from capgeo_callbacks.detection.series import append_point
+from capgeo_callbacks.integrations.compat import logged_step as lightning_logged_step
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
-from capgeo_callbacks.run.budget import OverheadBudget
+from capgeo_callbacks.run.budget import OPTIONAL, RULE_INPUT, OverheadBudget, steps_of
 from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
 from capgeo_callbacks.run.session import Measurements
 
@@ -77,16 +78,22 @@ class MeasureCallback(Callback):
         return ""
 
     @property
+    def left_out(self) -> dict[str, str]:
+        """Measures this callback left out for lack of their inputs, by tag prefix, with why: noted in the summary
+        (``measures_left_out``) rather than warned, where the user did not ask for them by name."""
+        return {}
+
+    @property
     def work(self) -> str:
         """The name of this callback's work in the overhead budget's record: its tag prefix, else its class's."""
         return self.prefix or type(self).__name__
 
-    def use_budget(self, budget: OverheadBudget | None, protected: bool = False) -> None:
+    def use_budget(self, budget: OverheadBudget | None, rule_input: bool = False) -> None:
         """Time this callback's work in ``budget`` and measure only where it allows (None: no budget);
-        ``protected``: the run's rules read what it measures, so it is never thinned."""
+        ``rule_input``: the run's rules read what it measures, so it is thinned last, to an even cadence."""
         self.budget = budget
         if budget is not None:
-            budget.add_work(self.work, protected)
+            budget.add_work(self.work, RULE_INPUT if rule_input else OPTIONAL)
 
     def timed(self) -> AbstractContextManager[Any]:
         """``with self.timed():`` charges the block to this callback's work in the budget (nothing without one)."""
@@ -118,7 +125,7 @@ class MeasureCallback(Callback):
         if finite and trainer.is_global_zero:
             # the step Lightning logs the validation's own metrics at (optimizer steps taken before this
             # validation's hooks ran), so that RankMe and val/acc line up in every logger
-            logged_step = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", step)
+            logged_step = lightning_logged_step(trainer, step)
             for logger in trainer.loggers:
                 logger.log_metrics(finite, step=logged_step if trainer.state.fn == "fit" else step)
 
@@ -143,29 +150,33 @@ class MeasureCallback(Callback):
 
 def measurements_of(trainer: pl.Trainer, pl_module: pl.LightningModule) -> Measurements:
     """What the trainer's measure callbacks hold: every series by tag (each callback's in its layer order), the
-    rows each was measured on, each hidden-state measure's token selector, and the module's parameter count."""
+    rows each was measured on, each hidden-state measure's token selector, the module's parameter count and the
+    measures left out."""
     series: dict[str, list[list[float]]] = {}
     rows: dict[str, int] = {}
     selectors: dict[str, str] = {}
+    left_out: dict[str, str] = {}
     for callback in trainer.callbacks:
         if isinstance(callback, MeasureCallback):
+            left_out.update(callback.left_out)
             ordered = [tag for tag in callback.tags if tag in callback.series]
             ordered += [tag for tag in callback.series if tag not in ordered]
             series.update({tag: callback.series[tag] for tag in ordered})
             rows.update(callback.rows)
             if callback.selector_name:
                 selectors[callback.prefix] = callback.selector_name
-    return Measurements(series, rows, selectors, sum(p.numel() for p in pl_module.parameters()))
+    return Measurements(series, rows, selectors, sum(p.numel() for p in pl_module.parameters()), left_out)
 
 
 def budget_measures(budget: OverheadBudget, trainer: pl.Trainer, reads: Callable[[list[str]], bool],
                     horizon: int | None) -> None:
-    """Hand a run's overhead budget to every measure callback of ``trainer`` (protected where ``reads(tags)``: the
-    run's rules read one of its tags), count its protected start over ``horizon`` steps, and start its clock."""
-    budget.horizon = horizon
+    """Hand a run's overhead budget to every measure callback of ``trainer`` (a rule input where ``reads(tags)``:
+    the run's rules read one of its tags), count its protected start over ``horizon`` steps (the run's, projected to
+    where this fit stops), and start its clock."""
+    budget.horizon, budget.stop = horizon, steps_of(trainer.max_steps)
     for callback in trainer.callbacks:
         if isinstance(callback, MeasureCallback):
-            callback.use_budget(budget, protected=reads(callback.tags))
+            callback.use_budget(budget, rule_input=reads(callback.tags))
     budget.start()
 
 

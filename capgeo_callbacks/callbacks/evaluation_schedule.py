@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.base import GradientMeasureCallback
+from capgeo_callbacks.integrations.compat import schedules_validation, validate_after_this_batch, validate_now
 from capgeo_callbacks.run.failures import check_positive_int
 from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
 
@@ -23,13 +24,19 @@ class EvaluationSchedule(Callback):
     r"""Run Lightning's validation loop exactly at the given training steps, step 0 included.
 
     Lightning validates at a fixed interval; the study's collapse happens in the first few hundred steps,
-    so capgeo evaluates densely early (:func:`~capgeo_callbacks.run.schedule.evaluation_steps`). This callback
-    replaces the fit loop's "validate now?" decision with "is the step just taken in the schedule?" (after
-    a whole optimizer step, so gradient accumulation is respected), and runs one validation before the
+    so capgeo evaluates densely early (:func:`~capgeo_callbacks.run.schedule.evaluation_steps`). After each
+    training batch this callback answers the fit loop's "validate now?" with "is the step just taken in the
+    schedule?" (after a whole optimizer step, so gradient accumulation is respected; through the trainer's
+    ``val_check_batch``, :mod:`~capgeo_callbacks.integrations.compat`), and runs one validation before the
     first training step if 0 is scheduled. Everything else is Lightning's own validation: its hooks, its
-    logging, and its restart logic, so a run resumed from a checkpoint saved after a validation evaluates
-    at the same steps as an unbroken one. Before the step-0 validation, the gradient-based monitors cache
-    the first training batch, so step 0 reaches every measure.
+    logging, one more validation where a stop is asked for mid-epoch, and its restart logic, so a run resumed
+    from a checkpoint saved after a validation evaluates at the same steps as an unbroken one. Before the
+    step-0 validation, the gradient-based monitors cache the first training batch, so step 0 reaches every
+    measure.
+
+    **Cost.** About ``points`` validation passes whatever the run's length, where Lightning's default makes one at
+    the end of each epoch (none on an endless stream): :func:`~capgeo_callbacks.run.schedule.validation_passes`
+    counts them. They are the run's own time, apart from capgeo's measuring cost (docs/overhead.md).
 
     Args:
         steps: the steps to validate at; default :func:`~capgeo_callbacks.run.schedule.evaluation_steps` of
@@ -43,7 +50,7 @@ class EvaluationSchedule(Callback):
     Raises:
         ValueError: on a bad argument, or in ``setup`` if neither ``steps``, ``max_steps`` nor the trainer
             (``max_steps``, or ``max_epochs`` over a training set of known length) gives a budget.
-        RuntimeError: in ``setup``, on a Lightning version whose fit loop has no validation decision to replace.
+        RuntimeError: in ``setup``, where the trainer validates by time (``val_check_interval="00:00:10:00"``).
 
     Example::
 
@@ -66,6 +73,7 @@ class EvaluationSchedule(Callback):
         self.points = points
         self.schedule = schedule
         self._scheduled: frozenset[int] = frozenset(steps or ())
+        self._step_before = -1  # the global step when the current training batch started
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -78,38 +86,38 @@ class EvaluationSchedule(Callback):
                                  "Trainer max_steps, or max_epochs with a training set of known length")
             self.steps = evaluation_steps(budget, self.points, self.schedule)
             self._scheduled = frozenset(self.steps)
-        loop = trainer.fit_loop.epoch_loop
-        if not hasattr(loop, "_should_check_val_fx") or not hasattr(loop, "_should_accumulate"):
-            raise RuntimeError("EvaluationSchedule: this Lightning version's training loop has no "
-                               "_should_check_val_fx to replace; use val_check_interval instead")
-        if getattr(loop, "_capgeo_schedule", None) is not self:
-            loop._capgeo_schedule = self
-            loop._should_check_val_fx = self._make_decision(trainer, loop)
+        if not schedules_validation(trainer):
+            raise RuntimeError("EvaluationSchedule decides when Lightning validates by the training batch: give the "
+                               "Trainer a val_check_interval in batches (int or float), not a time")
 
-    def _make_decision(self, trainer: pl.Trainer, loop: Any) -> Any:
-        def should_validate(data_fetcher: Any) -> bool:
-            if not loop._should_check_val_epoch() or loop._should_accumulate():
-                return False
-            return trainer.global_step in self._scheduled
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # a run resumed mid-epoch asks first whether the step it stopped at was validated
+        validate_after_this_batch(trainer, trainer.global_step in self._scheduled)
 
-        return should_validate
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        validate_after_this_batch(trainer, trainer.global_step in self._scheduled)  # reloaded loaders reset it
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
+        self._step_before = trainer.global_step
         if trainer.global_step != 0 or 0 not in self._scheduled or batch_idx != 0 or trainer.sanity_checking:
             return
-        loop = trainer.fit_loop.epoch_loop
         if not trainer.enable_validation:
             return
         for callback in trainer.callbacks:
             if isinstance(callback, GradientMeasureCallback):
                 callback.cache(batch, key=(0, 0))
-        trainer.validating = True
-        first_iteration = trainer._logger_connector._first_loop_iter
-        loop.val_loop.run()
-        trainer.training = True
-        trainer._logger_connector._first_loop_iter = first_iteration
+        validate_now(trainer)
+
+    @override
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        # after a whole optimizer step only, so that gradient accumulation is respected
+        stepped = trainer.global_step != self._step_before
+        validate_after_this_batch(trainer, stepped and trainer.global_step in self._scheduled)
 
     @override
     def state_dict(self) -> dict[str, Any]:

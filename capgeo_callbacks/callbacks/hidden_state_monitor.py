@@ -82,6 +82,8 @@ class HiddenStateMonitor(MeasureCallback):
     tags = property(lambda self: self.unit.tags, doc="The logged tags, in layer (depth) order.")
     layer_names = property(lambda self: list(self.unit.layers), doc="The watched modules, in depth order.")
     layer_tags = property(lambda self: dict(self.unit.layers), doc="Each watched module's name in the tags.")
+    left_out = property(lambda self: dict(self.unit.left_out),
+                        doc="Measures left out for lack of their inputs, by tag prefix, with why (the summary's).")
 
     def report_to(self, warn: Callable[[str, str], Any]) -> None:
         """Report problems through ``warn(key, message)`` (offline analysis keeps them for its summary)."""
@@ -100,8 +102,8 @@ class HiddenStateMonitor(MeasureCallback):
                            f"{type(pl_module).__name__}; pass layers=[...] to choose")
 
     @override
-    def use_budget(self, budget: OverheadBudget | None, protected: bool = False) -> None:
-        super().use_budget(budget, protected)
+    def use_budget(self, budget: OverheadBudget | None, rule_input: bool = False) -> None:
+        super().use_budget(budget, rule_input)
         self.unit.capture.timing = self.timed  # the forward hooks' work too
 
     @override

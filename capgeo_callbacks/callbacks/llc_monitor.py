@@ -24,23 +24,30 @@ from capgeo_callbacks.measures.llc import estimate_llc
 
 @contextlib.contextmanager
 def detached_from_trainer(module: nn.Module) -> Iterator[nn.Module]:
-    """``module`` with the Trainer (and Fabric) references of its LightningModules cleared, so that a
-    ``copy.deepcopy`` copies the network only, not the Trainer with its loaders and loggers; restored
-    afterwards."""
-    names = ("_trainer", "_fabric")
-    saved: list[tuple[pl.LightningModule, dict[str, Any]]] = []
+    """``module`` with the Trainer (and Fabric) references of its LightningModules cleared through their public
+    setters, so that a ``copy.deepcopy`` copies the network only, not the Trainer with its loaders and loggers;
+    restored afterwards (parents first: a parent's setter reaches its children, which then get their own back)."""
+    lightning = [sub for sub in module.modules() if isinstance(sub, pl.LightningModule)]
+    fabrics = [sub.fabric for sub in lightning]
+    # under a Fabric, ``trainer`` reads as a shim over it: there is no Trainer to keep
+    trainers = [_attached_trainer(sub) if fabric is None else None
+                for sub, fabric in zip(lightning, fabrics, strict=True)]
     try:
-        for sub in module.modules():
-            if isinstance(sub, pl.LightningModule):
-                saved.append((sub, {name: sub.__dict__[name] for name in names if name in sub.__dict__}))
-                for name in names:
-                    sub.__dict__[name] = None
+        for sub in lightning:
+            sub.fabric = None
+            sub.trainer = None
         yield module
     finally:
-        for sub, attributes in saved:
-            for name in names:
-                sub.__dict__.pop(name, None)
-            sub.__dict__.update(attributes)
+        for sub, fabric, trainer in zip(lightning, fabrics, trainers, strict=True):
+            sub.trainer = trainer
+            sub.fabric = fabric
+
+
+def _attached_trainer(module: pl.LightningModule) -> pl.Trainer | None:
+    try:
+        return module.trainer
+    except RuntimeError:  # "not attached to a `Trainer`"
+        return None
 
 
 class LLCMonitor(GradientMeasureCallback):

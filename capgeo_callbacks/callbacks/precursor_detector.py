@@ -21,7 +21,7 @@ from capgeo_callbacks.detection import Alert, DetectionSettings
 from capgeo_callbacks.keys import LOGPROB, LR, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.loggers import TrainerPublisher
 from capgeo_callbacks.rules import Rule, default_rules
-from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, steps_of
+from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, OverheadSetting, steps_of
 from capgeo_callbacks.run.failures import WarnOnce, never_fails
 from capgeo_callbacks.run.session import RunSession
 
@@ -56,16 +56,17 @@ class PrecursorDetector(Callback):
             lacks is left out and says so once: a warning where you chose it, an INFO line where it is a default.
         loss_monitor: validation loss key (``None`` to skip). The three monitors are recorded whatever their prefix,
             under the names the rules read: ``val/logprob``, ``val/token_acc`` and ``val/loss``.
-        overhead_budget: capgeo's time at most this share of the run's (None or 0: off; :mod:`~capgeo_callbacks.run.
-            budget`): the rules' inputs and the first tenth never thinned; the summary's ``overhead`` records it.
+        overhead_budget: capgeo's time at most this share of the run's, ``"measure"`` (time, thin nothing), None or 0
+            (off): :mod:`~capgeo_callbacks.run.budget`; the summary's ``overhead`` says what capgeo cost the run.
 
     Raises:
         ValueError: on a bad argument.
 
     Logged keys:
-        ``forecast/<rule>``; ``rankme_early/<layer>``, ``rankme_floor/<layer>``, ``capgeo/alerts_raised``; text
-        ``capgeo/alerts``, ``capgeo/verdict``; images ``capgeo/story``, ``capgeo/rankme_heatmap``; hparams metrics
-        ``capgeo/acquisition_step``, ``capgeo/gap``, ``capgeo/layer_order_rho``, ``capgeo/final_acc``.
+        ``forecast/<rule>``; ``rankme_early/<layer>``, ``rankme_floor/<layer>``, ``capgeo/alerts_raised``,
+        ``capgeo/overhead_share`` (capgeo's share of the run's time so far); text ``capgeo/alerts``, ``capgeo/verdict``;
+        images ``capgeo/story``, ``capgeo/rankme_heatmap``; hparams ``capgeo/acquisition_step``, ``capgeo/gap``,
+        ``capgeo/layer_order_rho``, ``capgeo/final_acc``.
 
     Example::
 
@@ -75,9 +76,9 @@ class PrecursorDetector(Callback):
     def __init__(self, monitor: str = VAL_ACC, logprob_monitor: str | None = LOGPROB, rankme_prefix: str = RANKME,
                  settings: DetectionSettings | None = None, on_alert: Callable[[Alert], Any] | None = None,
                  run_info: Mapping[str, Any] | None = None, live_figures: bool = True,
-                 record: Sequence[str] = ("val/", "train/"),
-                 token_acc_monitor: str | None = TOKEN_ACC, rules: Sequence[Rule] | None = None,
-                 loss_monitor: str | None = VAL_LOSS, overhead_budget: float | None = DEFAULT_OVERHEAD_BUDGET) -> None:
+                 record: Sequence[str] = ("val/", "train/"), token_acc_monitor: str | None = TOKEN_ACC,
+                 rules: Sequence[Rule] | None = None, loss_monitor: str | None = VAL_LOSS,
+                 overhead_budget: OverheadSetting = DEFAULT_OVERHEAD_BUDGET) -> None:
         if isinstance(record, str) or not all(isinstance(prefix, str) and prefix for prefix in record):
             raise ValueError(f"record must be a sequence of non-empty tag prefixes (e.g. ('val/',)), got {record!r}")
         self.record = tuple(record)
@@ -88,8 +89,7 @@ class PrecursorDetector(Callback):
                                   live_figures=live_figures, warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor,
                                   rules_chosen=chosen, overhead_budget=overhead_budget)
         self._loss_sum, self._loss_count = 0.0, 0  # training losses since the previous evaluation
-        # this interval's losses, still tensors: read on the host only at an evaluation (no device sync in a step)
-        self._loss_pending: list[torch.Tensor] = []
+        self._loss_pending: list[torch.Tensor] = []  # this interval's, still tensors: no device sync in a step
         self._loss_chunks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sum, count) of each 64 pending
 
     @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once

@@ -31,7 +31,8 @@ class RankMeMonitor(HiddenStateMonitor):
     (:func:`~capgeo_callbacks.capture.selectors.row_targets`: capgeo's ``targets`` + ``answer_mask``, ``(inputs,
     targets)``, Hugging Face's ``labels``): the size-weighted spread of the class centroids over the spread within the
     classes, Fisher's criterion (:func:`~capgeo_callbacks.measures.ildr.ildr`; docs/design.md, "ILDR"). Without
-    targets at the rows it is said once and left out; RankMe goes on.
+    targets at the rows it is left out without a warning, noted in the run's summary (``measures_left_out``); RankMe
+    goes on.
 
     Args:
         layers: module names or globs over ``pl_module.named_modules()`` (``*`` is one name component,

@@ -11,8 +11,8 @@ beside the logged progress-bar metrics, the latest monitored accuracy, the deepe
 forecast of the acquisition step made at the latest evaluation, with its interval, or the acquisition step once it
 is confirmed: all read from the view of the run the :class:`~capgeo_callbacks.PrecursorDetector`'s session keeps
 (:meth:`~capgeo_callbacks.run.view.SessionView.progress`), if there is a detector; and, under an overhead budget,
-capgeo's measured share of the run's time against it (``capgeo 2.1%/3%``). Where its output is not a terminal
-(a log file), it writes a line per 5% of the budget instead of redrawing one line.
+capgeo's measured share of the run's time against it (``capgeo 2.1%/3%``; measured only, ``capgeo 2.1%``). Where
+its output is not a terminal (a log file), it writes a line per 5% of the budget instead of redrawing one line.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class StepProgressBar(TQDMProgressBar):
             return metrics
         metrics = {**metrics, **detector.view.progress()}
         budget = detector.session.budget
-        share = None if budget is None else budget.measured_share
+        share = None if budget is None else budget.progress()
         if share is not None:
-            metrics["capgeo"] = f"{100 * share:.1f}%/{100 * budget.share:g}%"
+            metrics["capgeo"] = share
         return metrics

@@ -104,11 +104,12 @@ def find_blocks(model: nn.Module) -> list[str]:
     stacks: list[tuple[int, str, list[str]]] = []  # (depth, the stack's name, its blocks and final norm)
     for name, module in model.named_modules():
         prefix = f"{name}." if name else ""
+        named = dict(module.named_children())
         for attribute in BLOCK_STACKS:
-            children = _stack(module._modules.get(attribute))
+            children = _stack(named.get(attribute))
             if not children:
                 continue
-            norm = next((f"{prefix}{n}" for n in FINAL_NORMS if _norm(module._modules.get(n))), None)
+            norm = next((f"{prefix}{n}" for n in FINAL_NORMS if _norm(named.get(n))), None)
             blocks = [f"{prefix}{attribute}.{child}" for child in children]
             stacks.append((prefix.count(".") + 1, f"{prefix}{attribute}", blocks + ([norm] if norm else [])))
     if not stacks:

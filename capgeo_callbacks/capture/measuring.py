@@ -32,6 +32,8 @@ class Measured:
         rows: rows each tag was measured on (``rankme/<label>``, ``probe_acc/<label>``).
         parameters: the model's parameter count.
         ildr: ILDR per layer label (only layers whose rows had targets).
+        left_out: measures left out for lack of their inputs, by tag prefix, with why (the summary's
+            ``measures_left_out``).
     """
 
     rankme: dict[str, float]
@@ -40,6 +42,7 @@ class Measured:
     rows: dict[str, int] = field(default_factory=dict)
     parameters: int = 0
     ildr: dict[str, float] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
 
     def add(self, values: Mapping[str, float]) -> None:
         """File a unit's or a monitor's values by tag (``rankme/<label>``, ``ildr/<label>``, ``probe_acc/<label>``)

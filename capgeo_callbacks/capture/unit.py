@@ -108,6 +108,9 @@ class HiddenStateUnit:
         self.layers: dict[str, str] = {}  # watched layer -> its name in tags, in depth order
         self.capture = HiddenStateCapture(selector, num_rows, mask_key, labels_fn, warn=self._report)
         self.unlabelled_reason: str | None = None  # at the last compute: why some rows had no label (optional labels)
+        # measures of these rows left out for lack of their inputs, by tag prefix, with why: a note for the run's
+        # summary (``measures_left_out``), not a warning, where the user did not ask for the measure by name
+        self.left_out: dict[str, str] = {}
 
     def _report(self, key: str, message: str) -> Any:
         return self.warn(key, message)  # looked up at each call: the owner may redirect ``warn``
@@ -252,8 +255,8 @@ class RankMeUnit(HiddenStateUnit):
     r"""RankMe of each watched layer's rows (:func:`~capgeo_callbacks.measures.rankme`; docs/design.md, "RankMe"),
     and ILDR of the same rows, classed by the batch's target at each row
     (:func:`~capgeo_callbacks.measures.ildr.ildr`, :func:`~capgeo_callbacks.capture.selectors.row_targets`;
-    docs/design.md, "ILDR"). Rows whose batches hold no targets are measured by RankMe alone; ILDR is then left out,
-    said once.
+    docs/design.md, "ILDR"). Rows whose batches hold no targets are measured by RankMe alone; ILDR is then left out
+    without a warning (the user asked for RankMe), noted once in :attr:`left_out` for the run's summary.
 
     Args:
         selector: token rows (None: what the first batch supports).
@@ -310,8 +313,8 @@ class RankMeUnit(HiddenStateUnit):
     def _ildr(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None) -> float | None:
         if labels is None or labels.shape[0] != rows.shape[0] or bool((labels == IGNORE_INDEX).any()):
             reason = self.unlabelled_reason or "rows without a target"
-            self.warn("ildr:targets", f"ILDR needs the target of every row RankMe reads ({reason}); ILDR is left "
-                      "out, RankMe goes on (docs/design.md, 'ILDR')")
+            self.left_out.setdefault(self.ildr_prefix, f"ILDR needs the target of every row RankMe reads ({reason}); "
+                                     "RankMe was measured without it")
             return None
         value = ildr(rows, labels)
         if not math.isfinite(value):

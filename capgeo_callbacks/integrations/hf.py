@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
@@ -44,12 +44,17 @@ except ImportError as err:  # pragma: no cover - the message is the point
     raise ImportError("capgeo_callbacks.integrations.hf needs transformers: pip install 'capgeo-callbacks[hf]' "
                       "(or pip install 'transformers>=4.40')") from err
 
+if TYPE_CHECKING:
+    from transformers import Trainer
+
 # it imports transformers: after the check above
-from capgeo_callbacks.integrations.hf_loggers import TrainerLogs, attach
+from capgeo_callbacks.integrations.hf_loggers import TrainerLogs, attach, bind
 
 __all__ = ["ACC_KEY", "CapgeoTrainerCallback"]
 
 ACC_KEY = VAL_ACC  # the accuracy the rules follow (the summary's ``monitor``), measured on the probe rows
+NO_ACC = ("the probe rows hold no targets ('labels', or 'targets' + 'answer_mask') and no acc_fn was given: "
+          "accuracy is NaN, so acquisition is never detected")
 AccFn = Callable[[nn.Module, Mapping[str, Tensor]], float]
 """``acc_fn(model, rows) -> accuracy``: the model in eval mode under ``torch.no_grad``, rows on its device."""
 
@@ -106,7 +111,7 @@ class CapgeoTrainerCallback(TrainerCallback):
     Example::
 
         callback = CapgeoTrainerCallback({"input_ids": ids, "labels": labels})  # a fixed set of validation rows
-        Trainer(model=model, args=args, train_dataset=train, callbacks=[callback]).train()
+        callback.attach(Trainer(model=model, args=args, train_dataset=train)).train()
     """
 
     def __init__(self, probe_rows: Mapping[str, Tensor], layers: str | Sequence[str] | None = None,
@@ -139,8 +144,13 @@ class CapgeoTrainerCallback(TrainerCallback):
         self.rows: dict[str, int] = {}
         self._scheduled = frozenset(eval_steps or ())
         self._budget = max_steps if max_steps is not None else (max(eval_steps) if eval_steps else None)
-        self._handler: CallbackHandler | None = None  # the Trainer's, read in on_train_begin
+        self._handler: CallbackHandler | None = None  # the Trainer's: attach(trainer), else read in on_train_begin
         self._parameters = 0
+
+    def attach(self, trainer: Trainer) -> Trainer:
+        """Bind to ``trainer`` (added to its callbacks if missing): its loggers get the measurements. Returns it."""
+        self._handler = bind(self, trainer)
+        return trainer
 
     steps = property(lambda self: list(self.session.view.steps), doc="The steps measured so far.")
     acc = property(lambda self: self.session.acc)
@@ -150,22 +160,18 @@ class CapgeoTrainerCallback(TrainerCallback):
     def measurements(self) -> Measurements:
         selectors = {RANKME[:-1]: selector_name(self.selector),
                      **({PROBE_ACC[:-1]: selector_name(self.selector)} if self.probes else {})}
-        return Measurements(self.series, self.rows, selectors, self._parameters or None)
+        return Measurements(self.series, self.rows, selectors, self._parameters or None, _left_out(self.units))
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: nn.Module | None = None, **kwargs: Any) -> None:
         check_model(model, self.layers, self.probe_rows["input_ids"])  # raises before any update
-        self._handler = attach(self)
+        self._handler = attach(self, self._handler)
         self._parameters = sum(p.numel() for p in model.parameters())
         self.session.is_zero = bool(state.is_world_process_zero)
         if self._probes_wanted and not self.probes:
             self.session.warn("probes-hf", _no_probes(self.probe_rows, self.selector))
         if not self._scheduled:
-            self._budget = self.max_steps if self.max_steps is not None else int(state.max_steps or 0)
-            if self._budget < 1:
-                raise ValueError("CapgeoTrainerCallback needs a budget: pass eval_steps=[...] or max_steps=N, or "
-                                 "give the Trainer max_steps / num_train_epochs")
-            self._scheduled = frozenset(evaluation_steps(self._budget, self.points, self.schedule))
+            _schedule(self, state)
         _add_run_facts(self.session, args, int(state.max_steps or 0) or self._budget)
         if state.global_step > 0 and not self.session.view.steps:
             _restore(self, state)
@@ -200,8 +206,7 @@ class CapgeoTrainerCallback(TrainerCallback):
             if self.acc_fn is not None:
                 scalars[ACC_KEY] = float(self.acc_fn(model, to_device(self.probe_rows, device)))
         if ACC_KEY not in scalars:
-            self.session.warn("no-acc", "the probe rows hold no targets ('labels', or 'targets' + 'answer_mask') and "
-                              "no acc_fn was given: accuracy is NaN, so acquisition is never detected")
+            self.session.warn("no-acc", NO_ACC)
         for tag, value in logged.items():
             append_point(self.series.setdefault(tag, []), step, value)
         acc = scalars.pop(ACC_KEY, float("nan"))
@@ -219,6 +224,16 @@ class CapgeoTrainerCallback(TrainerCallback):
         computed = [unit.compute() for unit in self.units]
         self.rows.update({tag: rows for one in computed for tag, rows in one.rows.items()})
         return {tag: value for one in computed for tag, value in one.values.items()}, scalars
+
+
+def _schedule(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
+    """The budget and the steps to measure at, where ``eval_steps`` did not give them."""
+    budget = callback.max_steps if callback.max_steps is not None else int(state.max_steps or 0)
+    if budget < 1:
+        raise ValueError("CapgeoTrainerCallback needs a budget: pass eval_steps=[...] or max_steps=N, or "
+                         "give the Trainer max_steps / num_train_epochs")
+    callback._budget = budget
+    callback._scheduled = frozenset(evaluation_steps(budget, callback.points, callback.schedule))
 
 
 def _add_run_facts(session: RunSession, args: TrainingArguments | None, budget: int) -> None:
@@ -245,6 +260,11 @@ def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> l
     probe rows."""
     units: list[HiddenStateUnit] = [RankMeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)]
     return units + ([ProbeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)] if probes else [])
+
+
+def _left_out(units: Sequence[HiddenStateUnit]) -> dict[str, str]:
+    """The measures the units left out for lack of their inputs, with why (the summary's ``measures_left_out``)."""
+    return {prefix: why for unit in units for prefix, why in unit.left_out.items()}
 
 
 def _check_arguments(num_rows: int, points: int, batch_size: int, max_steps: int | None, schedule: str,

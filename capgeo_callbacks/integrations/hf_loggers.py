@@ -10,9 +10,10 @@ measurement is a log event of its own, sent when it is made: at the step it was 
 forecasts and the dashboard's series) go into ``state.log_history`` and to the ``on_log`` of every callback of the
 Trainer, the integrations and the user's own, except the Trainer's console printers, which would print every value
 at every evaluation. The events do not name the Trainer's
-:class:`~transformers.trainer_callback.CallbackHandler`: it is read once per ``train()`` from the frames calling
-``on_train_begin``, and the callback moves to the front of its list, so that at the end of training it publishes
-before the integrations close their writers and runs.
+:class:`~transformers.trainer_callback.CallbackHandler`: the callback is bound to the Trainer's public
+``callback_handler`` by :func:`bind` (``callback.attach(trainer)``), or else finds the handler calling its
+``on_train_begin`` up the call stack; at the start of training it moves to the front of the handler's list, so that
+at the end of training it publishes before the integrations close their writers and runs.
 
 Text (the alerts, the verdict), images (the story card, the RankMe heatmap), hparams and the custom-scalars layout
 go through :mod:`capgeo_callbacks.publish.loggers` to the integrations that can take them, seen as Lightning
@@ -26,12 +27,11 @@ logged twice with two values.
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
@@ -43,26 +43,22 @@ except ImportError as err:
     raise ImportError("capgeo_callbacks.integrations.hf_loggers needs transformers: "
                       "pip install 'capgeo-callbacks[hf]'") from err
 
+if TYPE_CHECKING:
+    from transformers import Trainer
+
+from capgeo_callbacks.integrations.compat import calling_handler, mlflow_keys
 from capgeo_callbacks.publish.loggers import TrainerPublisher, WarnFn
 
-__all__ = ["PREFIX", "TrainerLogs", "attach", "callback_handler", "lightning_loggers", "put_first"]
+__all__ = ["PREFIX", "TrainerLogs", "attach", "bind", "callback_handler", "lightning_loggers", "put_first"]
 
 PREFIX = next(iter(rewrite_logs({"": 0.0})))  # "train/": what TensorBoard and W&B put before a training log's key
 
 
 def callback_handler(callback: TrainerCallback) -> CallbackHandler | None:
-    """The ``CallbackHandler`` calling ``callback`` now (None if none is): the nearest frame up the stack whose
-    ``self`` is a handler holding ``callback``."""
-    frame = inspect.currentframe()
-    try:
-        while frame is not None:
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, CallbackHandler) and any(one is callback for one in owner.callbacks):
-                return owner
-            frame = frame.f_back
-        return None
-    finally:
-        del frame  # a frame held in a local keeps its whole stack alive
+    """The ``CallbackHandler`` calling ``callback`` now (None if none is), found up the call stack: the fallback
+    where ``callback`` was not bound to its Trainer (:func:`attach`; :func:`~capgeo_callbacks.integrations.compat.
+    calling_handler`)."""
+    return calling_handler(callback, CallbackHandler)
 
 
 def put_first(handler: CallbackHandler, callback: TrainerCallback) -> None:
@@ -71,10 +67,21 @@ def put_first(handler: CallbackHandler, callback: TrainerCallback) -> None:
     handler.callbacks[:] = [callback, *(one for one in handler.callbacks if one is not callback)]
 
 
-def attach(callback: TrainerCallback) -> CallbackHandler | None:
-    """The handler calling ``callback`` (:func:`callback_handler`), with ``callback`` moved to the front of its list
-    (:func:`put_first`), so that at the end of training it publishes before the integrations close."""
-    handler = callback_handler(callback)
+def bind(callback: TrainerCallback, trainer: Trainer) -> CallbackHandler:
+    """The public ``callback_handler`` of ``trainer`` (a ``transformers.Trainer``), with ``callback`` added to it if
+    it is not there."""
+    handler = trainer.callback_handler
+    if not any(one is callback for one in handler.callbacks):
+        trainer.add_callback(callback)
+    return handler
+
+
+def attach(callback: TrainerCallback, handler: CallbackHandler | None = None) -> CallbackHandler | None:
+    """``handler`` (from :func:`bind`) if it holds ``callback``, else the handler calling ``callback`` now
+    (:func:`callback_handler`), with ``callback`` moved to the front of its list (:func:`put_first`), so that at the
+    end of training it publishes before the integrations close."""
+    if handler is None or not any(one is callback for one in handler.callbacks):
+        handler = callback_handler(callback)
     if handler is not None:
         put_first(handler, callback)
     return handler
@@ -84,7 +91,7 @@ class _TensorBoard(TensorBoardLogger):
     """transformers' ``TensorBoardCallback`` as a Lightning ``TensorBoardLogger``: its writer, in its folder."""
 
     def __init__(self, callback: TensorBoardCallback) -> None:
-        super().__init__(callback.logging_dir or ".", name="", version="")
+        super().__init__(callback.tb_writer.get_logdir(), name="", version="")  # the writer's folder
         self.callback = callback
 
     @property
@@ -94,18 +101,20 @@ class _TensorBoard(TensorBoardLogger):
 
 def lightning_loggers(callbacks: Sequence[TrainerCallback]) -> list[Logger]:
     """The integrations among ``callbacks`` that take text, images and hparams, as Lightning loggers: a
-    TensorBoard writer that is open, the MLflow run and the W&B run that are active."""
+    TensorBoard writer that is open (``tb_writer``), the MLflow run and the W&B run that are active."""
     loggers: list[Logger] = []
     for callback in callbacks:
         if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
             loggers.append(_TensorBoard(callback))
         elif isinstance(callback, MLflowCallback):
-            mlflow = callback._ml_flow  # the module the integration logs with (installed with it)
+            import mlflow  # installed where the integration is
+
             run = mlflow.active_run()
             if run is not None:
                 loggers.append(MLFlowLogger(tracking_uri=mlflow.get_tracking_uri(), run_id=run.info.run_id))
         elif isinstance(callback, WandbCallback):
-            wandb = callback._wandb  # likewise
+            import wandb  # likewise
+
             if wandb.run is not None:
                 loggers.append(WandbLogger(experiment=wandb.run))
     return loggers
@@ -165,7 +174,8 @@ class TrainerLogs(TrainerPublisher):
         state.log_history.append({**self.values, "step": state.global_step})
         for callback in self._listeners:
             try:
-                callback.on_log(args, state, control, logs=dict(self.values), **event)
+                logs = mlflow_keys(self.values) if isinstance(callback, MLflowCallback) else dict(self.values)
+                callback.on_log(args, state, control, logs=logs, **event)
             except Exception as error:  # noqa: BLE001 - a logger's failure must not stop training
                 name = type(callback).__name__
                 self.warn(f"{name}:on_log", f"{name}.on_log failed on capgeo's values ({type(error).__name__}: "

@@ -1,5 +1,6 @@
 """Pure measures on tensors (no Lightning): each in its own module, tested against known answers."""
 
+from capgeo_callbacks.measures.commutator import commutator_defect
 from capgeo_callbacks.measures.gradients import (
     gradient_covariance_rank,
     gradient_effective_rank,
@@ -13,6 +14,7 @@ from capgeo_callbacks.measures.probes import linear_probe_accuracy
 from capgeo_callbacks.measures.rankme import effective_rank, rankme
 
 __all__ = [
+    "commutator_defect",
     "effective_rank",
     "estimate_llc",
     "gradient_covariance_rank",

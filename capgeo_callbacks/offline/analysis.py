@@ -224,6 +224,7 @@ def _hf_revision(model: Any, probe: ProbeSet, layers: Sequence[str] | None, sele
         computed = unit.compute()
         result.add(computed.values)
         result.rows.update(computed.rows)
+        result.left_out.update(unit.left_out)
     return result, labels
 
 
@@ -360,13 +361,15 @@ def _feed(session: RunSession, results: Sequence[Mapping[str, Any]], labels: Seq
         session.evaluate(step, acc, now, Measurements({tag: [p for p in points if p[0] <= step]
                                                       for tag, points in series.items()}))
     rows: dict[str, int] = {}
+    left_out: dict[str, str] = {}
     for entry in results:
         rows.update(entry["_measured"].rows)
+        left_out.update(entry["_measured"].left_out)
     selectors = {RANKME[:-1]: selector_name(selector)}
     if any(tag.startswith(PROBE_ACC) for tag in rows) and probe_spec is not None:
         selectors[PROBE_ACC[:-1]] = selector_name(probe_spec.selector)
     parameters = next((r["_measured"].parameters for r in reversed(results) if r["_measured"].parameters), None)
-    return Measurements(series, rows, selectors, session.run_info.get("parameters", parameters))
+    return Measurements(series, rows, selectors, session.run_info.get("parameters", parameters), left_out)
 
 
 def _recorded_scalars(record: RecordedSetup) -> dict[str, list[list[float]]]:

@@ -133,4 +133,5 @@ def measure_lightning(
     for monitor in monitors:
         result.add({tag: points[-1][1] for tag, points in monitor.series.items() if points})
         result.rows.update(monitor.rows)
+        result.left_out.update(monitor.left_out)
     return result, list(monitors[0].layer_tags.values()) if monitors else []

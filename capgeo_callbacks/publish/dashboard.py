@@ -10,11 +10,13 @@ from capgeo_callbacks.keys import FORECAST, RANKME
 EARLY_PREFIX = "rankme_early/"  # RankMe over the first part of the budget only: its own chart, zoomed on it
 FLOOR_PREFIX = "rankme_floor/"  # the lowest RankMe so far, over the same part: the floor as a plateau
 ALERTS_TAG = "capgeo/alerts_raised"  # how many run alerts have been raised, at each evaluation
+OVERHEAD_TAG = "capgeo/overhead_share"  # capgeo's share of the run's time so far: the progress bar's figure
 
 
 def custom_scalars_layout(
     rankme_tags: Sequence[str], acc_tag: str, logprob_tag: str | None = None,
     other_tags: Sequence[str] = (), early_share: float | None = None, loss_tag: str | None = None,
+    overhead: bool = False,
 ) -> dict[str, dict[str, list]]:
     """A custom-scalars layout that reads at TensorBoard's default settings.
 
@@ -23,12 +25,15 @@ def custom_scalars_layout(
     there, so the chart's step axis spans the collapse instead of squeezing it into the first pixels) with its
     lowest value so far (``rankme_floor/``: a plateau, which "ignore outliers" never clips, where a one-point
     trough would be); then all layers over the whole run, and the answer's log-prob and the validation loss in one
-    chart (a user's model often logs only the loss: the chart shows whichever was logged).
+    chart (a user's model often logs only the loss: the chart shows whichever was logged). With ``overhead``, after
+    the alerts, capgeo's share of the run's time so far (``capgeo/overhead_share``), as the progress bar shows it.
     """
     early = f"first {early_share:.0%} of the budget" if early_share else "early steps"
     charts: dict[str, list] = {f"accuracy ({acc_tag})": ["Multiline", [re.escape(acc_tag)]],
                                "forecast of the acquisition step": ["Multiline", [re.escape(FORECAST) + ".*"]],
                                "alerts raised": ["Multiline", [re.escape(ALERTS_TAG)]]}
+    if overhead:
+        charts["capgeo's share of the run's time"] = ["Multiline", [re.escape(OVERHEAD_TAG)]]
     for tag in reversed(rankme_tags):
         layer = tag.split("/", 1)[-1]
         charts[f"RankMe {layer}, {early}, and its floor"] = [

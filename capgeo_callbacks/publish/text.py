@@ -6,7 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["first_warnings", "rules_table", "verdict_table"]
+__all__ = ["first_warnings", "markdown_row", "rules_table", "verdict_table"]
+
+
+def markdown_row(cells: Sequence[str]) -> str:
+    """One row of a Markdown table (``["---"] * n``: the line under its head)."""
+    return "| " + " | ".join(cells) + " |"
 
 
 def verdict_table(summary: Mapping[str, Any], markdown: bool = False) -> str:

@@ -3,12 +3,15 @@
 The cadences and options are measured choices: the costly measures at settings whose cost stays below
 training's on the smallest model (README, "The corpus"): per-example gradients of 64 examples every 4th
 evaluation, the top Hessian eigenvalue from 20 Lanczos steps every 16th, the LLC from 2 chains of 50 SGLD
-draws on 2 batches of 64 every 32nd; probes every 4th evaluation (64 points a run of 256).
+draws on 2 batches of 64 every 32nd; probes every 4th evaluation (64 points a run of 256). The commutator defect
+every 8th evaluation, on the two halves of 64 examples (one pair): on the geometric schedule of 256 evaluations at
+least 8 values before a quarter of the budget (tested), and the first training batch of capgeo's tasks whole at step 0.
 """
 
 from __future__ import annotations
 
 from capgeo_callbacks.callbacks import (
+    CommutatorDefectMonitor,
     GradientRankMonitor,
     HessianMonitor,
     LinearProbeMonitor,
@@ -16,7 +19,7 @@ from capgeo_callbacks.callbacks import (
     RankMeMonitor,
     WeightNormMonitor,
 )
-from capgeo_callbacks.keys import ILDR, PROBE_ACC, RANKME, WEIGHT_NORM
+from capgeo_callbacks.keys import COMMUTATOR_DEFECT, ILDR, PROBE_ACC, RANKME, WEIGHT_NORM
 from capgeo_callbacks.registry.core import MeasureSpec, register_measure
 
 __all__ = ["BUILTIN_MEASURES"]
@@ -62,6 +65,13 @@ BUILTIN_MEASURES: tuple[MeasureSpec, ...] = (
         every_n_evals=32, options={"num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
         keys=("llc", "llc_std", "llc_fraction_below_init"), transitions={"llc": "change"},
         functions=("estimate_llc",), description="local learning coefficient (SGLD localized at the weights)",
+    ),
+    MeasureSpec(
+        name="commutator", callback=CommutatorDefectMonitor, needs="loss_closure", cost="costly",
+        every_n_evals=8, options={"batch_size": 64, "num_pairs": 1}, keys=(COMMUTATOR_DEFECT,),
+        functions=("commutator_defect",),
+        description="commutator defect: how far gradient steps on two fixed training batches fail to commute (the "
+                    "norm of H_B g_A - H_A g_B over the product of the gradients' norms)",
     ),
 )
 

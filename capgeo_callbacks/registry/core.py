@@ -211,16 +211,18 @@ def default_measures() -> tuple[str, ...]:
 
 def resolve_measures(spec: str) -> list[str]:
     """Expand a ``--measures`` value into measure names: ``default``, ``none``, ``all`` (every registered
-    measure), or a comma-separated list of names (kept as given)."""
+    measure), or a comma-separated list of names and presets (``default,commutator``: the default measures and the
+    commutator defect), each name once, in the order given."""
     presets = {"none": [], "default": list(default_measures()), "all": list(measure_names())}
-    if spec in presets:
-        return presets[spec]
-    names = [name.strip() for name in spec.split(",") if name.strip()]
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    names: list[str] = []
+    for item in items:
+        names += [name for name in presets.get(item, [item]) if name not in names]
     unknown = [name for name in names if name not in _REGISTRY]
-    if unknown or not names:
+    if unknown or not items:
         raise ValueError(
             f"unknown measure(s) {', '.join(unknown) or repr(spec)}; valid: "
-            f"default, none, all, or a comma-separated list of {', '.join(_REGISTRY)}"
+            f"default, none, all, or a comma-separated list of {', '.join(_REGISTRY)} (and presets)"
         )
     return names
 
@@ -230,7 +232,7 @@ def measures_help() -> str:
     by_cost = {cost: [spec.name for spec in _REGISTRY.values() if spec.cost == cost] for cost in COSTS}
     listed = "; ".join(f"{', '.join(names)} ({cost})" for cost, names in by_cost.items() if names)
     return (f"'default' ({', '.join(default_measures()) or 'none'}), 'none', 'all', or a comma-separated list of: "
-            f"{listed} (docs/measures.md)")
+            f"{listed}, presets included ('default,commutator') (docs/measures.md)")
 
 
 def build_measure_callbacks(names: Iterable[str], options: Mapping[str, Mapping[str, Any]] | None = None

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from capgeo_callbacks.keys import FORECAST, ILDR, PROBE_ACC, RANKME
+from capgeo_callbacks.publish.text import markdown_row
 from capgeo_callbacks.registry.core import COSTS, MeasureSpec, measure_specs
 
 __all__ = ["OTHER_CALLBACKS", "CallbackRow", "glance_markdown"]
@@ -40,16 +41,19 @@ OTHER_CALLBACKS: tuple[CallbackRow, ...] = (
         "runs the rules on the run as it trains: alerts before acquisition, forecasts of the acquisition step, "
         "`capgeo_summary.json`, the dashboard",
         "your module logs an accuracy (`val/acc`, or `monitor=`); reads the measures' series",
-        f"`{FORECAST}<rule>`, `rankme_early/<layer>`, `rankme_floor/<layer>`, `capgeo/alerts_raised`; text "
-        "`capgeo/alerts`, `capgeo/verdict`; images `capgeo/story`, `capgeo/rankme_heatmap`",
-        "cheap: the rules on plain series; a figure where the story changes",
+        f"`{FORECAST}<rule>`, `rankme_early/<layer>`, `rankme_floor/<layer>`, `capgeo/alerts_raised`, "
+        "`capgeo/overhead_share`; text `capgeo/alerts`, `capgeo/verdict`; images `capgeo/story`, "
+        "`capgeo/rankme_heatmap`",
+        "cheap: the rules on plain series; a figure where the story changes; holds every capgeo callback to its "
+        "overhead budget (`overhead_budget=0.03`; `\"measure\"` only times)",
         "every validation"),
     CallbackRow(
         "EvaluationSchedule",
         "validates at step 0 and densely early, then evenly, instead of at a fixed interval",
         "a budget: `max_steps` or `max_epochs` on the Trainer (or `steps=`)",
         "none (the validations log what your module logs)",
-        "the validations it schedules",
+        "the validations it schedules, apart from capgeo's measuring: `points` (256) passes whatever the run's "
+        "length, where Lightning's default makes one an epoch",
         "about `points` validations over the run (256)"),
     CallbackRow(
         "StepProgressBar",
@@ -81,10 +85,6 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
 def glance_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
     """docs/callbacks.md: every callback, what it is for, needs, logs, costs and how often it runs."""
     specs = measure_specs() if specs is None else tuple(specs)
@@ -96,19 +96,21 @@ def glance_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
         "measures' rows come from the measure registry ([Measures](measures.md)). A measure's cadence is its default",
         "`every_n_evals`: it measures at every n-th validation. Terms: [Glossary](glossary.md).",
         "",
-        _row(["class", "what it is for", "what it needs", "keys it logs", "cost", "cadence"]),
-        _row(["---"] * 6),
+        markdown_row(["class", "what it is for", "what it needs", "keys it logs", "cost", "cadence"]),
+        markdown_row(["---"] * 6),
     ]
     for spec in specs:
         keys = ", ".join(f"`{key}`" for key in spec.keys)
         cadence = "every validation" if spec.every_n_evals == 1 else f"every {_ordinal(spec.every_n_evals)} validation"
-        lines.append(_row([f"`{spec.callback.__name__}`", spec.description, NEEDS_IN_WORDS.get(spec.needs, spec.needs),
-                           keys, f"{spec.cost}: {COSTS[spec.cost]}", cadence]))
+        lines.append(markdown_row([f"`{spec.callback.__name__}`", spec.description,
+                                   NEEDS_IN_WORDS.get(spec.needs, spec.needs), keys, f"{spec.cost}: {COSTS[spec.cost]}",
+                                   cadence]))
     for row in OTHER_CALLBACKS:
-        lines.append(_row([f"`{row.name}`", row.purpose, row.needs, row.keys, row.cost, row.cadence]))
+        lines.append(markdown_row([f"`{row.name}`", row.purpose, row.needs, row.keys, row.cost, row.cadence]))
     lines += [
         "",
         "`<layer>` is a watched layer's short name (`model.layers.0` -> `layers.0`), `<rule>` a rule's name",
-        "(`acc-trend`). Measured overhead of the default callbacks: [Overhead](overhead.md).",
+        "(`acc-trend`). What capgeo costs a run, the overhead budget that holds it and what the schedule adds:",
+        "[Overhead](overhead.md); every run's summary says its own share (`overhead`).",
     ]
     return "\n".join(lines) + "\n"

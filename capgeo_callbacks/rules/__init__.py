@@ -8,9 +8,10 @@ and the callbacks' ``rules=`` argument can name it. Every registered rule passes
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.keys import RANKME
+from capgeo_callbacks.keys import RANKME, VAL_LOSS
 from capgeo_callbacks.rules.base import (
     Forecast,
     Needs,
@@ -29,6 +30,7 @@ from capgeo_callbacks.rules.baselines import (
     ProbeCrossingRule,
     WarmupEndRule,
 )
+from capgeo_callbacks.rules.fall import FallFromPeakRule
 from capgeo_callbacks.rules.forecasters import (
     ClockForecaster,
     CurveForecaster,
@@ -36,7 +38,7 @@ from capgeo_callbacks.rules.forecasters import (
     RidgeForecaster,
     ThresholdForecaster,
 )
-from capgeo_callbacks.rules.geometry import GeometryRule, ILDRRiseRule, StudyRule
+from capgeo_callbacks.rules.geometry import CommutatorRiseRule, GeometryRule, ILDRRiseRule, StudyRule
 from capgeo_callbacks.rules.registration import rules_from_registration
 from capgeo_callbacks.rules.stopping import StoppingPolicy
 from capgeo_callbacks.rules.survival import SurvivalForecaster
@@ -47,7 +49,9 @@ __all__ = [
     "AccuracyOnsetRule",
     "ClockForecaster",
     "ClockRule",
+    "CommutatorRiseRule",
     "CurveForecaster",
+    "FallFromPeakRule",
     "Forecast",
     "ForecastRule",
     "GeometryRule",
@@ -82,7 +86,13 @@ RULES: dict[str, Callable[[], Rule]] = {
     "study": StudyRule,
     "geometry-guarded": GeometryRule,
     "ildr-rise": ILDRRiseRule,  # ILDR at 2.5 x its early baseline (arXiv 2604.20923); the multiple is an argument
+    # the commutator defect at 2 x its early baseline (arXiv 2602.16967); the multiple is an argument
+    "commutator-rise": CommutatorRiseRule,
     "loss-onset": LossOnsetRule,
+    # a series' fall from its highest value so far: the validation loss 10% below it for 3 evaluations; the deepest
+    # layer's RankMe 10% below it, the first 50 steps (a warm-up's dip) ignored
+    "val-loss-fall": partial(FallFromPeakRule, key=VAL_LOSS, fall=0.1, held=3, name="val-loss-fall"),
+    "rankme-fall": partial(FallFromPeakRule, key=RANKME, fall=0.1, held=1, ignore_steps=50, name="rankme-fall"),
     "logprob-emergence": LogprobEmergenceRule,
     "probe-crossing": ProbeCrossingRule,
     "warmup-end": WarmupEndRule,

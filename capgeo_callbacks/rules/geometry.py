@@ -5,7 +5,8 @@ from its peak, a 10% recovery, no warm-up guard. ``geometry-guarded`` is the sam
 the learning-rate warm-up's window ignored (the study's collapse sits at the end of the warm-up on every run,
 controls included: docs/study.md) and a drop that must stand three noise units above the layer's own
 evaluation-to-evaluation noise. ``ildr-rise``: a layer's ILDR reaches a multiple of its early baseline
-(arXiv 2604.20923).
+(arXiv 2604.20923). ``commutator-rise``: the commutator defect of the loss reaches a multiple of its early baseline
+(arXiv 2602.16967).
 """
 
 from __future__ import annotations
@@ -17,10 +18,31 @@ from typing import Any
 
 from capgeo_callbacks.detection.alerts import Alert, CollapseAlert, scan_alerts
 from capgeo_callbacks.detection.settings import ALERT_LAYERS, DetectionSettings
-from capgeo_callbacks.keys import ACC, ILDR, RANKME, by_layer
+from capgeo_callbacks.keys import ACC, COMMUTATOR_DEFECT, ILDR, RANKME, by_layer
 from capgeo_callbacks.rules.base import Needs, Rule, RuleOutput, RunView
 
-__all__ = ["GeometryRule", "ILDRRiseRule", "StudyRule"]
+__all__ = ["CommutatorRiseRule", "GeometryRule", "ILDRRiseRule", "StudyRule"]
+
+
+def check_rise(multiple: float, baseline_evals: int, source: str) -> None:
+    """The arguments of a rise-over-baseline rule, checked (``source``: where the default multiple comes from)."""
+    if isinstance(multiple, bool) or not isinstance(multiple, (int, float)) or not 1 < multiple < math.inf:
+        raise ValueError(f"multiple must be a finite number above 1 ({source}), got {multiple!r}")
+    if isinstance(baseline_evals, bool) or not isinstance(baseline_evals, int) or baseline_evals < 1:
+        raise ValueError(f"baseline_evals must be an integer >= 1, got {baseline_evals!r}")
+
+
+def risen(run: RunView, tag: str, multiple: float, baseline_evals: int) -> str | None:
+    """The evidence, in words, when the series ``tag`` at this evaluation is at least ``multiple`` times its baseline
+    (the median of its first ``baseline_evals`` finite values, > 0), never at one of those; else None."""
+    measured = [value for value in run.values(tag) if math.isfinite(value)]
+    last = run.last(tag)
+    if len(measured) <= baseline_evals or not math.isfinite(last):
+        return None  # the baseline still forming, or no value at this evaluation
+    baseline = statistics.median(measured[:baseline_evals])
+    if baseline > 0 and last >= multiple * baseline:
+        return f"{tag} reached {last:.3g}, {last / baseline:.2f} x its baseline {baseline:.3g}"
+    return None
 
 
 class StudyRule(Rule):
@@ -108,10 +130,7 @@ class ILDRRiseRule(Rule):
 
     def __init__(self, multiple: float = 2.5, baseline_evals: int = 3, layer: str = "deepest",
                  ildr_prefix: str = ILDR) -> None:
-        if isinstance(multiple, bool) or not isinstance(multiple, (int, float)) or not 1 < multiple < math.inf:
-            raise ValueError(f"multiple must be a finite number above 1 (the source's is 2.5), got {multiple!r}")
-        if isinstance(baseline_evals, bool) or not isinstance(baseline_evals, int) or baseline_evals < 1:
-            raise ValueError(f"baseline_evals must be an integer >= 1, got {baseline_evals!r}")
+        check_rise(multiple, baseline_evals, "the source's is 2.5")
         if not isinstance(layer, str) or not layer:
             raise ValueError(f"layer must be one of {', '.join(ALERT_LAYERS)} or a layer's name, got {layer!r}")
         if not isinstance(ildr_prefix, str) or not ildr_prefix.endswith("/") or len(ildr_prefix) < 2:
@@ -131,17 +150,46 @@ class ILDRRiseRule(Rule):
         tags = tags[-1:] if self.layer == "deepest" else tags if self.layer == "any" else \
             [tag for tag in tags if tag == f"{self.ildr_prefix}{self.layer}"]
         for tag in tags:
-            measured = [value for value in run.values(tag) if math.isfinite(value)]
-            last = run.last(tag)
-            if len(measured) <= self.baseline_evals or not math.isfinite(last):
-                continue  # the baseline still forming, or no value at this evaluation
-            baseline = statistics.median(measured[: self.baseline_evals])
-            if baseline > 0 and last >= self.multiple * baseline:
-                return RuleOutput(alerts=[self.alert(
-                    run, f"{tag} reached {last:.3g}, {last / baseline:.2f} x its baseline {baseline:.3g}",
-                    layer=tag[len(self.ildr_prefix):])])
+            evidence = risen(run, tag, self.multiple, self.baseline_evals)
+            if evidence:
+                return RuleOutput(alerts=[self.alert(run, evidence, layer=tag[len(self.ildr_prefix):])])
         return RuleOutput()
 
     def settings(self) -> dict[str, Any]:
         return {"multiple": self.multiple, "baseline_evals": self.baseline_evals, "layer": self.layer,
                 "ildr_prefix": self.ildr_prefix}
+
+
+class CommutatorRiseRule(Rule):
+    """Warns once, when the commutator defect (docs/design.md, "Commutator defect") reaches ``multiple`` times its
+    early baseline, the median of its first ``baseline_evals`` measured values; a later value, never one of those.
+
+    Args:
+        multiple: the multiple of the baseline that alerts, > 1. Default 2: neither its source's (arXiv 2602.16967
+            reports the defect rising well before grokking, with no multiple capgeo could take) nor yet chosen on
+            capgeo's calibration runs.
+        baseline_evals: how many of its first measured values make its baseline, >= 1.
+        key: the series' tag.
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+
+    name = "commutator-rise"
+
+    def __init__(self, multiple: float = 2.0, baseline_evals: int = 3, key: str = COMMUTATOR_DEFECT) -> None:
+        check_rise(multiple, baseline_evals, "a placeholder of 2 until calibration chooses it")
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"key must be a series' tag, got {key!r}")
+        self.multiple, self.baseline_evals, self.key = float(multiple), baseline_evals, key
+
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        return Needs(series=(ACC, self.key))
+
+    def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
+        evidence = None if raised else risen(run, self.key, self.multiple, self.baseline_evals)
+        return RuleOutput(alerts=[self.alert(run, evidence)]) if evidence else RuleOutput()
+
+    def settings(self) -> dict[str, Any]:
+        return {"multiple": self.multiple, "baseline_evals": self.baseline_evals, "key": self.key}

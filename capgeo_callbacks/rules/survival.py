@@ -78,15 +78,17 @@ def _log(values: Sequence[float]) -> np.ndarray:
         return np.where(array > 0, np.log(np.where(array > 0, array, 1.0)), np.nan)
 
 
-def survival_features(run: RunView, budget: float, names: Sequence[str] = tuple(FEATURES)) -> dict[str, float]:
+def survival_features(run: RunView, budget: float, names: Sequence[str] = tuple(FEATURES),
+                      loss_key: str = VAL_LOSS) -> dict[str, float]:
     """The features of ``run`` at its latest evaluation, for a budget of ``budget`` steps (module docstring). A
-    feature whose series the run lacks, or has no finite value of yet, is NaN."""
+    feature whose series the run lacks, or has no finite value of yet, is NaN. ``loss_key``: the loss the two loss
+    features read (the validation loss, else minus the log-prob; another, such as ``train/loss``, alone)."""
     steps = np.array(run.steps, dtype=float)
     share = steps / budget
     recent = share >= share[-1] - WINDOW
     acc = np.array(run.values(ACC), dtype=float)
-    loss = np.array(run.values(VAL_LOSS), dtype=float)
-    if not np.isfinite(loss).any():
+    loss = np.array(run.values(loss_key), dtype=float)
+    if loss_key == VAL_LOSS and not np.isfinite(loss).any():
         loss = -np.array(run.values(LOGPROB), dtype=float)
     log_loss, log_norm = _log(loss), _log(run.values(GLOBAL_NORM))
     every = {

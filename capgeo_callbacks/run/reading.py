@@ -8,7 +8,8 @@ A run is a folder. Lightning's loggers give it one ``version_<k>`` folder per st
 ``LOGDIR/NAME/version_<k>/capgeo_summary.json``); the newest version (highest ``k``) is the run, and only
 a version whose summary can be read counts as finished. A committed corpus packs each run's summary into one
 gzipped file (``corpus/hard/sort-hard-xs-s0.json.gz``): that file is the run, named by its path without
-``.json.gz``. The summary may also sit in the run folder itself (a user's own trainer).
+``.json.gz``. The summary may also sit in the run folder itself (a user's own trainer). What capgeo cost a run is
+read from its summary here too (:func:`capgeo_share`, :func:`overhead_line`).
 """
 
 from __future__ import annotations
@@ -16,18 +17,22 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capgeo_callbacks.run.budget import CLOCKS
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME, read_summary
 
 __all__ = [
     "DIFFICULTY_ORDER",
     "RunRecord",
+    "capgeo_share",
     "find_run_summary",
     "find_runs",
     "newest_summary",
+    "overhead_line",
     "newest_version",
     "read_run",
     "read_version_summary",
@@ -41,6 +46,7 @@ PACKED_SUFFIX = ".json.gz"
 # Display order of capgeo's difficulty names (any other name sorts after them, alphabetically).
 DIFFICULTY_ORDER = {"easy": 0, "medium": 1, "hard": 2}
 _VERSION = re.compile(r"version_(\d+)")
+PARTS = ("whole_run", "after_start")  # the parts of the run an ``overhead`` record gives shares over
 
 
 @dataclass(frozen=True)
@@ -168,3 +174,46 @@ def find_run_summary(checkpoint_path: str | Path) -> Path | None:
         if (folder / SUMMARY_FILENAME).is_file():
             return folder / SUMMARY_FILENAME
     return None
+
+
+# ------------------------------------------------------------------------------------------- what capgeo cost
+
+
+def capgeo_share(summary: Mapping[str, Any], clock: str = "cpu", part: str = "whole_run") -> float | None:
+    """capgeo's share of a run's own time from its summary's ``overhead`` record, on the ``"cpu"`` or ``"wall"``
+    clock, over the ``"whole_run"`` or ``"after_start"`` (after the protected start). None: the run had no budget,
+    or its record is of an earlier layout without that figure (whose ``share`` is the whole run's wall share)."""
+    if clock not in CLOCKS or part not in PARTS:
+        raise ValueError(f"clock must be one of {CLOCKS} and part one of {PARTS}, got {clock!r} and {part!r}")
+    record = summary.get("overhead")
+    if not isinstance(record, Mapping):
+        return None
+    shares = record.get("shares")
+    if isinstance(shares, Mapping):
+        value = (shares.get(part) or {}).get(clock)
+    else:
+        value = record.get("share") if (clock, part) == ("wall", "whole_run") else None
+    return None if value is None else float(value)
+
+
+def overhead_line(summary: Mapping[str, Any]) -> str:
+    """What capgeo cost the run, in a line (empty without an ``overhead`` record): its share of the run's CPU and
+    wall time over the whole run and after the protected start, the budget, and each thinned piece's evaluations kept
+    of those it was due at."""
+    record = summary.get("overhead")
+    if not isinstance(record, Mapping):
+        return ""
+
+    def shares(clock: str) -> str:
+        whole, after = capgeo_share(summary, clock), capgeo_share(summary, clock, "after_start")
+        return ", ".join(f"{100 * value:.1f}% {where}" for where, value in (("over the whole run", whole),
+                                                                         ("after the protected start", after))
+                         if value is not None) or "not measured"
+
+    budget = record.get("budget")
+    setting = "measured only, nothing thinned" if budget is None else \
+        f"budget {100 * budget:g}%, {'kept' if record.get('kept') else 'not kept'}"
+    kept = ", ".join(f"{name} {counts.get('runs', 0)} of {counts['due']}"
+                     for name, counts in (record.get("work") or {}).items() if counts.get("thinned"))
+    return (f"capgeo's cost: CPU {shares('cpu')}; wall {shares('wall')} ({setting}"
+            + (f"; thinned, evaluations kept of those due: {kept}" if kept else "") + ")")

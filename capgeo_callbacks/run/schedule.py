@@ -45,3 +45,20 @@ def evaluation_steps(max_steps: int, points: int = 256, schedule: str = "geometr
     late_points = max(1, points - 1 - early.size)
     late = np.unique(np.round(np.linspace(early_end, max_steps, late_points + 1)[1:]).astype(int))
     return sorted({0, *early.tolist(), *late.tolist()})
+
+
+def validation_passes(max_steps: int, points: int = 256, schedule: str = "geometric",
+                      steps_per_epoch: int | None = None) -> tuple[int, int]:
+    """The validation passes a run of ``max_steps`` makes under the evaluation schedule, and those it makes under
+    Lightning's default (one at the end of each whole epoch of ``steps_per_epoch`` steps; None: an endless stream,
+    whose epoch never ends, none): what ``EvaluationSchedule`` adds is the difference, counted without timing anything.
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+    scheduled = len(evaluation_steps(max_steps, points, schedule))
+    if steps_per_epoch is None:
+        return scheduled, 0
+    if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
+        raise ValueError(f"steps_per_epoch must be a positive integer or None, got {steps_per_epoch!r}")
+    return scheduled, max_steps // steps_per_epoch

@@ -39,13 +39,14 @@ from capgeo_callbacks.keys import (
     how_to_record,
     key_words,
 )
-from capgeo_callbacks.publish.dashboard import custom_scalars_layout, dashboard_scalars
+from capgeo_callbacks.publish.dashboard import OVERHEAD_TAG, custom_scalars_layout, dashboard_scalars
 from capgeo_callbacks.publish.figures import figure_pixels, rankme_heatmap, story_card
 from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.publish.text import verdict_table
 from capgeo_callbacks.rules.base import Rule, rule_from_record, rule_record
-from capgeo_callbacks.run.budget import OverheadBudget, check_overhead_budget
+from capgeo_callbacks.run.budget import FIXED, OverheadBudget, check_overhead_budget
 from capgeo_callbacks.run.failures import WarnOnce, check_callable
+from capgeo_callbacks.run.reading import overhead_line
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME, json_safe, write_summary
 from capgeo_callbacks.run.tracker import RunTracker, TrackerUpdate, record_of
 from capgeo_callbacks.run.view import SessionView
@@ -66,12 +67,15 @@ class Measurements:
         rows: the rows each tag was measured on (RankMe is only comparable at equal N).
         selectors: the token selector of each measure prefix (``{"rankme": "first_answer"}``).
         parameters: the model's parameter count.
+        left_out: the measures left out for lack of their inputs, by tag prefix, with why (``{"ildr": "..."}``):
+            the summary's ``measures_left_out``.
     """
 
     series: Mapping[str, Points] = field(default_factory=dict)
     rows: Mapping[str, int] = field(default_factory=dict)
     selectors: Mapping[str, str] = field(default_factory=dict)
     parameters: int | None = None
+    left_out: Mapping[str, str] = field(default_factory=dict)
 
 
 class RunSession:
@@ -96,10 +100,11 @@ class RunSession:
         warn: how problems are reported once (default: a warning on rank zero).
         rules_chosen: whether the user chose the rules: one of those left out for lack of its inputs is a warning;
             one of capgeo's defaults (:func:`~capgeo_callbacks.rules.default_rules`) is a line in the log.
-        overhead_budget: capgeo's time at most this share of the run's (:mod:`capgeo_callbacks.run.budget`; None or
-            0: no budget). The session owns the run's :class:`~capgeo_callbacks.run.budget.OverheadBudget`
-            (``budget``): the adapter hands it to the measures; the live figures are optional work in it, and the
-            summary records it under ``overhead``.
+        overhead_budget: capgeo's time at most this share of the run's, ``"measure"`` to time everything and thin
+            nothing, or None, 0 or ``"off"`` for no budget (:mod:`capgeo_callbacks.run.budget`). The session owns the
+            run's :class:`~capgeo_callbacks.run.budget.OverheadBudget` (``budget``): the adapter hands it to the
+            measures; the detector is fixed work in it, the live figures optional; the summary records it under
+            ``overhead``, the dashboard shows the share (``capgeo/overhead_share``) and the verdict says it.
 
     Raises:
         ValueError: on a bad argument.
@@ -116,15 +121,15 @@ class RunSession:
         if not isinstance(live_figures, bool):
             raise ValueError(f"live_figures must be True or False, got {live_figures!r}")
         share = check_overhead_budget(overhead_budget)
-        self.budget = None if share is None else OverheadBudget(share)
+        self.warn = warn if warn is not None else WarnOnce("capgeo")
+        self.budget = None if share is None else OverheadBudget(share, warn=self.warn)
         if self.budget is not None:
-            self.budget.add_work(DETECTOR_WORK, protected=True)
+            self.budget.add_work(DETECTOR_WORK, FIXED)
             if live_figures:
                 self.budget.add_work(FIGURES_WORK)
         self.tracker = RunTracker(rules, settings, run_info, keys)
         self.on_alert = on_alert
         self.live_figures = live_figures
-        self.warn = warn if warn is not None else WarnOnce("capgeo")
         self.rules_chosen = rules_chosen
         self.is_zero = True  # side effects (announcing, publishing, files) on rank zero only; detection everywhere
         self.summary: dict[str, Any] = {}  # the latest summary built
@@ -176,7 +181,7 @@ class RunSession:
         return self.view.acquired_step
 
     def reads(self, tags: Sequence[str]) -> bool:
-        """Whether one of the run's rules reads one of the series ``tags`` (the budget never thins its measure)."""
+        """Whether one of the run's rules reads one of the series ``tags`` (the budget thins its measure last)."""
         return any(rule.needs.reads(tag) for rule in self.tracker.rules for tag in tags)
 
     def add_run_info(self, fields: Mapping[str, Any]) -> None:
@@ -190,7 +195,7 @@ class RunSession:
             keys = self.keys
             publisher.layout(custom_scalars_layout([t for t in rankme_tags if t.startswith(keys.rankme_prefix)],
                                                    keys.monitor, keys.logprob_key, early_share=EARLY_SHARE,
-                                                   loss_tag=keys.loss_key))
+                                                   loss_tag=keys.loss_key, overhead=self.budget is not None))
 
     def evaluate(self, step: int, acc: float, scalars: Mapping[str, float] | None = None,
                  measured: Measurements | None = None, publisher: Publisher | None = None, *,
@@ -198,6 +203,8 @@ class RunSession:
         """Record one evaluation and run the rules; on rank zero, say once which rules are left out, announce
         each new alert, and publish the forecasts and the dashboard's series at ``step``. With ``live_figures``,
         the story card too where the story changes (:meth:`story_changed`)."""
+        if self.budget is not None:
+            self.budget.evaluation(step)
         with self.timing(DETECTOR_WORK):  # the rules, announcing and publishing: capgeo's own time
             return self._evaluate(step, acc, scalars, measured, publisher, max_steps)
 
@@ -223,6 +230,8 @@ class RunSession:
         early_end = EARLY_SHARE * max_steps if max_steps and max_steps > 0 else None
         shown.update(dashboard_scalars(by_layer(measured.series, self.keys.rankme_prefix), step, early_end,
                                        sum(alert.kind == "run" for alert in self.alerts)))
+        if self.budget is not None and self.budget.measured_share is not None:  # the progress bar's figure
+            shown[OVERHEAD_TAG] = self.budget.measured_share
         publisher.scalars(shown, step)
         if self.live_figures and self.story_changed(update) and publisher.shows_images and (
                 self.budget is None or self.budget.allows(FIGURES_WORK, step)):
@@ -266,7 +275,8 @@ class RunSession:
         """The run summary from the record and ``measured`` (also kept as ``self.summary``)."""
         measured = measured if measured is not None else Measurements()
         self.summary = self.tracker.summary(measured.series, steps=steps, parameters=measured.parameters,
-                                            rows=measured.rows, selectors=measured.selectors)
+                                            rows=measured.rows, selectors=measured.selectors,
+                                            left_out=measured.left_out)
         if self.budget is not None:
             self.summary["overhead"] = self.budget.record()
         return self.summary
@@ -294,7 +304,8 @@ class RunSession:
         if directory is not None and not self._written:
             write_summary(summary, directory, filename)
             self._written = True
-        publisher.text("capgeo/verdict", verdict_table(summary, markdown=True), step)
+        cost = overhead_line(summary)
+        publisher.text("capgeo/verdict", verdict_table(summary, markdown=True) + (f"\n\n{cost}" if cost else ""), step)
         metrics = {"capgeo/acquisition_step": summary.get("acquisition_step"), "capgeo/gap": summary.get("gap"),
                    "capgeo/layer_order_rho": summary.get("layer_order_rho"),
                    "capgeo/final_acc": self.acc[-1][1] if self.acc else None}

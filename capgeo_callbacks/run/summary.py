@@ -36,7 +36,8 @@ OFFLINE_SUMMARY_FILENAME = "capgeo_offline_summary.json"
 # the keys build_summary computes; every other key of a summary is the run info it was given
 COMPUTED_KEYS = ("steps", "monitor", "rows", "selectors", "settings", "acquisition_step", "labels", "verdict", "gap",
                  "verdict_layer", "layers", "layer_order_rho", "logprob_emergence_step", "acc_at_logprob_emergence",
-                 "measures", "alerts", "rules", "rules_left_out", "forecasts", "series")
+                 "measures", "alerts", "rules", "rules_left_out", "measures_left_out", "forecasts",
+                 "series")
 
 
 def run_info_of(summary: Mapping[str, Any], exclude: Sequence[str] = ()) -> dict[str, Any]:

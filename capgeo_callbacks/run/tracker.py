@@ -129,9 +129,11 @@ class RunTracker:
 
     def summary(self, measured: Mapping[str, Points] | None = None, *, steps: int | None = None,
                 parameters: int | None = None, rows: Mapping[str, int] | None = None,
-                selectors: Mapping[str, str] | None = None) -> dict[str, Any]:
+                selectors: Mapping[str, str] | None = None, left_out: Mapping[str, str] | None = None
+                ) -> dict[str, Any]:
         """The run summary (:func:`~capgeo_callbacks.run.summary.build_summary`) with the rules, those left out,
-        their alerts and their forecasts."""
+        their alerts and their forecasts, and the measures ``left_out`` for lack of their inputs (by tag prefix, with
+        why)."""
         keys = self.keys
         summary = build_summary(
             acc=self.acc, series={**(measured or {}), **self.scalars}, settings=self.settings, alerts=self.alerts,
@@ -141,6 +143,8 @@ class RunTracker:
         summary["rules"] = {rule.name: rule.settings() for rule in self.rules}
         if self.left_out:
             summary["rules_left_out"] = {name: list(missing) for name, missing in self.left_out.items()}
+        if left_out:
+            summary["measures_left_out"] = dict(left_out)
         summary["forecasts"] = {name: [forecast_record(f) for f in made] for name, made in self.forecasts.items()}
         return summary
 

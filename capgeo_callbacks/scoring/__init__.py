@@ -1,7 +1,9 @@
-"""What a warning or a forecast is worth, on any folder of runs: ``python -m capgeo_callbacks.scoring RUNS``
+"""What a warning or a forecast is worth, on any folder of runs: ``capgeo score RUNS``
 (:mod:`capgeo_callbacks.scoring.scores`; who will learn: :mod:`capgeo_callbacks.scoring.discrimination`; whether one
-probability beats another on the same runs: :mod:`capgeo_callbacks.scoring.paired`)."""
+probability beats another on the same runs: :mod:`capgeo_callbacks.scoring.paired`; every rule's lead at a capped
+false-alarm rate, its settings chosen on calibration runs: :mod:`capgeo_callbacks.scoring.leads`)."""
 
+from capgeo_callbacks.scoring.command import main
 from capgeo_callbacks.scoring.discrimination import (
     LEGEND,
     SHARES,
@@ -10,6 +12,7 @@ from capgeo_callbacks.scoring.discrimination import (
     discrimination,
     discrimination_table,
 )
+from capgeo_callbacks.scoring.leads import GRIDS, RuleGrid, RuleLead, leads_table, rule_leads
 from capgeo_callbacks.scoring.paired import Difference, paired_difference
 from capgeo_callbacks.scoring.scores import (
     FRACTIONS,
@@ -20,7 +23,6 @@ from capgeo_callbacks.scoring.scores import (
     forecast_scores,
     forecast_table,
     load_runs,
-    main,
     same_run,
     warning_scores,
     warning_table,
@@ -28,11 +30,14 @@ from capgeo_callbacks.scoring.scores import (
 
 __all__ = [
     "FRACTIONS",
+    "GRIDS",
     "LEGEND",
     "SHARES",
     "Auroc",
     "Difference",
     "Rate",
+    "RuleGrid",
+    "RuleLead",
     "ScoredRun",
     "auroc",
     "discrimination",
@@ -41,9 +46,11 @@ __all__ = [
     "first_alert",
     "forecast_scores",
     "forecast_table",
+    "leads_table",
     "load_runs",
     "main",
     "paired_difference",
+    "rule_leads",
     "same_run",
     "warning_scores",
     "warning_table",

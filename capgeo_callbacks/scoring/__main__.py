@@ -1,5 +1,5 @@
-"""``python -m capgeo_callbacks.scoring``: see :mod:`capgeo_callbacks.scoring.scores`."""
+"""``python -m capgeo_callbacks.scoring``: ``capgeo score`` (:mod:`capgeo_callbacks.scoring.command`)."""
 
-from capgeo_callbacks.scoring.scores import main
+from capgeo_callbacks.scoring.command import main
 
 main()

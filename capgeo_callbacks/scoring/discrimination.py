@@ -32,7 +32,8 @@ which is the AUROC); fewer than :data:`MIN_GROUP` runs in either group give no f
 the n shown. A run without the score at that point (a probe not measured yet, a series it does not record) is
 left out of that score's groups. Runs that never acquired and stopped before their budget are left out too
 (the summary's ``steps``, else its last evaluation, short of the budget: whether they would have acquired
-is not known). Reported pooled and within each task.
+is not known). Reported pooled and within each task (a run's ``group``: a
+:class:`~capgeo_callbacks.scoring.ScoredRun`'s task and level; runs of another kind may group by another setting).
 
 scikit-learn is a statistics library the live callbacks do not need: ``pip install "capgeo-callbacks[stats]"``.
 """
@@ -285,14 +286,14 @@ def discriminations(runs: Sequence[Any], fired: Mapping[str, Mapping[str, int | 
     scores = [Score(BASELINE, _baseline, 1, "constant"), *series_scores(runs)]
     scores += [warning_score(name, steps) for name, steps in (fired or {}).items()]
     scores += [forecast_score(rule) for rule in forecasters]
-    tasks = sorted({run.task for run in runs if not run.control})
+    tasks = sorted({run.group for run in runs if not run.control})
     found: dict[str, dict[str, Any]] = {way: {} for way in directions}
     for share in shares:
         kept, left = population(runs, share)
         values = {score.name: [(run, score.value(run, run.view.prefix(end)), positive) for run, end, positive in kept]
                   for score in scores}
         measured = _calibration_aurocs(scores, calibration, share, interval="interval" in directions)
-        groups = {"pooled": kept, **{task: [k for k in kept if k[0].task == task] for task in tasks}}
+        groups = {"pooled": kept, **{task: [k for k in kept if k[0].group == task] for task in tasks}}
         sizes = {c: (sum(p for *_, p in g), sum(not p for *_, p in g)) for c, g in groups.items()}
         cells: dict[tuple[str, int], dict[str, Auroc]] = {}
         for way in directions:
@@ -302,7 +303,7 @@ def discriminations(runs: Sequence[Any], fired: Mapping[str, Mapping[str, int | 
                 direction, source = chosen.get(score.name, (score.direction, score.source))
                 key = (score.name, direction or 1)
                 if key not in cells:
-                    cells[key] = {column: _cell([v for v in values[score.name] if v[0].task == column
+                    cells[key] = {column: _cell([v for v in values[score.name] if v[0].group == column
                                                  or column == "pooled"], direction) for column in groups}
                 rows.append({"name": score.name, "direction": direction, "source": source, "cells": cells[key]})
             found[way][f"{share:g}"] = {"groups": sizes, "left_out": left, "rows": rows}

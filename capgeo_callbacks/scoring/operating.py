@@ -5,13 +5,16 @@ Two questions the scorer's other tables leave open.
 
 **When should a score alert?** A live score (the probability of acquisition, any series) alerts at the first
 evaluation from which it has stayed at or above a ``threshold`` for ``consecutive`` evaluations. An alert that
-rings on every run says nothing, so the pair is chosen on calibration runs only (:func:`choose_operating_point`):
-the one that alerts on the most calibration runs that acquire, before they acquire, while at most
-``max_false_rate`` of the calibration runs that never acquire and no calibration control alert at all (ties: the
-fewer false alarms, then the higher threshold, then the fewer evaluations). When no pair alerts on any acquirer
-within those limits there is no operating point and the alert should be off. On other runs, :func:`fired_at` gives
-each run's alert step for :func:`~capgeo_callbacks.scoring.warning_scores`: precision, recall, false alarms on
-runs that never acquire and on controls, each with n and a Wilson interval, and the lead before acquisition.
+rings on every run says nothing, so the pair is chosen on calibration runs only (:func:`choose_operating_point`),
+by the one policy every rule's operating point follows (:func:`~capgeo_callbacks.scoring.leads.choose`): the
+most calibration runs that acquire alerted before they acquire, while at most ``max_false_rate`` of the calibration
+runs that never acquire and at most ``max_control_rate`` of the calibration controls alert (defaults: 20% and none;
+ties: the fewer false alarms, then the higher threshold, then the fewer evaluations). When no pair alerts on any
+acquirer within those limits there is no operating point and the alert should be off. On other runs,
+:func:`fired_at` gives each run's alert step for :func:`~capgeo_callbacks.scoring.warning_scores`: precision,
+recall, false alarms on runs that never acquire and on controls, each with n and a Wilson interval, and the lead
+before acquisition. A rule with settings of its own (a loss's fall, a probe's level) is chosen the same way from a
+grid of them: :mod:`capgeo_callbacks.scoring.leads`.
 
 **How good is a forecast when a user reads it?** At fixed shares of each run's budget (10%, 25%, 50%), among the
 non-control runs not yet acquired then (:func:`~capgeo_callbacks.scoring.discrimination.population`):
@@ -34,21 +37,21 @@ import numpy as np
 
 from capgeo_callbacks.rules import RunView
 from capgeo_callbacks.scoring.discrimination import SHARES, population
+from capgeo_callbacks.scoring.leads import MAX_CONTROL_RATE, MAX_FALSE_RATE, alerting, choose
 from capgeo_callbacks.scoring.scores import Rate, ScoredRun, bootstrap_median
 
-__all__ = ["OperatingPoint", "alert_step", "budget_forecasts", "choose_operating_point", "fired_at",
+__all__ = ["OperatingPoint", "ScorePath", "alert_step", "budget_forecasts", "choose_operating_point", "fired_at",
            "score_path", "twice_now"]
 
 THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(2, 20)) + (0.96, 0.97, 0.98, 0.99)
 CONSECUTIVE = (1, 2, 3, 5, 8)
-MAX_FALSE_RATE = 0.2
 
-Path = list[tuple[int, float]]  # (step, score) at each evaluation; NaN where the score is not defined
+ScorePath = list[tuple[int, float]]  # (step, score) at each evaluation; NaN where the score is not defined
 Predicted = tuple[float, float | None, float | None]  # the forecast step, and its interval (None: none)
 Predictor = Callable[[ScoredRun, RunView], Predicted | None]  # (the run, its series so far) -> its forecast
 
 
-def score_path(run: ScoredRun, score: Callable[[RunView], float | None]) -> Path:
+def score_path(run: ScoredRun, score: Callable[[RunView], float | None]) -> ScorePath:
     """``score`` at every evaluation of ``run``, each time on the series up to it (NaN where it gives none)."""
     found = []
     for end in range(1, len(run.view.steps) + 1):
@@ -58,7 +61,7 @@ def score_path(run: ScoredRun, score: Callable[[RunView], float | None]) -> Path
     return found
 
 
-def alert_step(path: Path, threshold: float, consecutive: int) -> int | None:
+def alert_step(path: ScorePath, threshold: float, consecutive: int) -> int | None:
     """The step of the evaluation at which ``path`` has been at or above ``threshold`` for ``consecutive``
     evaluations in a row (None: never)."""
     run = 0
@@ -84,44 +87,28 @@ class OperatingPoint:
                 f"{'s' if self.consecutive > 1 else ''} in a row")
 
 
-def _kinds(runs: Sequence[tuple[ScoredRun, Path]]) -> tuple[list, list, list]:
-    acquirers = [(run, path) for run, path in runs if not run.control and run.acquisition is not None]
-    never = [(run, path) for run, path in runs if not run.control and run.acquisition is None]
-    controls = [(run, path) for run, path in runs if run.control]
-    return acquirers, never, controls
-
-
-def _counts(runs: Sequence[tuple[ScoredRun, Path]], threshold: float, consecutive: int) -> tuple[Rate, Rate, Rate]:
-    acquirers, never, controls = _kinds(runs)
-    steps = [(run, alert_step(path, threshold, consecutive)) for run, path in acquirers]
-    recall = Rate(sum(step is not None and step < run.acquisition for run, step in steps), len(steps))
-    false_alarms = Rate(sum(alert_step(path, threshold, consecutive) is not None for _, path in never), len(never))
-    alerted_controls = Rate(sum(alert_step(path, threshold, consecutive) is not None for _, path in controls),
-                            len(controls))
-    return recall, false_alarms, alerted_controls
-
-
-def choose_operating_point(calibration: Sequence[tuple[ScoredRun, Path]], max_false_rate: float = MAX_FALSE_RATE,
-                           thresholds: Sequence[float] = THRESHOLDS, consecutive: Sequence[int] = CONSECUTIVE
-                           ) -> OperatingPoint | None:
+def choose_operating_point(calibration: Sequence[tuple[ScoredRun, ScorePath]], max_false_rate: float = MAX_FALSE_RATE,
+                           thresholds: Sequence[float] = THRESHOLDS, consecutive: Sequence[int] = CONSECUTIVE,
+                           max_control_rate: float = MAX_CONTROL_RATE) -> OperatingPoint | None:
     """The operating point chosen on ``calibration`` runs and their score paths (module docstring); None when no
     pair alerts on any acquirer within the limits."""
-    best: tuple[tuple, OperatingPoint] | None = None
-    for threshold in thresholds:
-        for count in consecutive:
-            recall, false_alarms, controls = _counts(calibration, threshold, count)
-            if controls.k or (false_alarms.n and false_alarms.k > max_false_rate * false_alarms.n) or not recall.k:
-                continue
-            key = (recall.k, -false_alarms.k, threshold, -count)
-            if best is None or key > best[0]:
-                best = key, OperatingPoint(threshold, count, recall, false_alarms, controls)
-    return None if best is None else best[1]
+    runs = [run for run, _ in calibration]
+    pairs = [(threshold, count) for threshold in thresholds for count in consecutive]
+    found = [alerting(runs, fired_at(calibration, threshold, count)) for threshold, count in pairs]
+    index = choose(found, max_false_rate, max_control_rate, prefer=[(threshold, -count) for threshold, count in pairs])
+    if index is None:
+        return None
+    return OperatingPoint(*pairs[index], found[index].warned, found[index].false_alarms, found[index].controls)
 
 
-def fired_at(runs: Sequence[tuple[ScoredRun, Path]], point: OperatingPoint) -> dict[str, int | None]:
-    """Each run's alert step at ``point`` (None: no alert), as :func:`~capgeo_callbacks.scoring.warning_scores`
-    takes it (``fired=``) to give the precision, recall, false alarms and leads on other runs."""
-    return {run.name: alert_step(path, point.threshold, point.consecutive) for run, path in runs}
+def fired_at(runs: Sequence[tuple[ScoredRun, ScorePath]], point: OperatingPoint | float, consecutive: int = 1
+             ) -> dict[str, int | None]:
+    """Each run's alert step at ``point`` (or at a threshold and ``consecutive`` evaluations; None: no alert), as
+    :func:`~capgeo_callbacks.scoring.warning_scores` takes it (``fired=``) to give the precision, recall, false
+    alarms and leads on other runs."""
+    threshold, count = ((point.threshold, point.consecutive) if isinstance(point, OperatingPoint)
+                        else (point, consecutive))
+    return {run.name: alert_step(path, threshold, count) for run, path in runs}
 
 
 # ------------------------------------------------------------------------------------------- forecasts

@@ -107,13 +107,22 @@ def paired_difference(outcomes: Sequence[float], first: Sequence[float], second:
     resampling runs within ``strata`` (module docstring).
 
     Raises:
-        ValueError: on an unknown metric, or scores of other lengths than the outcomes.
+        ValueError: on an unknown metric, scores of other lengths than the outcomes, a score or outcome that is not
+            a finite number (NaN: a run without a score must be left out before, not averaged in), fewer than one
+            resample, or resamples none of which gives a figure.
     """
     if not len(first) == len(second) == len(outcomes) or (strata is not None and len(strata) != len(outcomes)):
         raise ValueError(f"one outcome, two scores and a stratum per run: got {len(outcomes)} outcomes, "
                          f"{len(first)} and {len(second)} scores, {None if strata is None else len(strata)} strata")
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; choose one of {', '.join(METRICS)}")
+    for label, values in (("outcomes", outcomes), ("first", first), ("second", second)):
+        bad = int(np.sum(~np.isfinite(np.asarray(values, dtype=float))))
+        if bad:
+            raise ValueError(f"{label} holds {bad} value{'s' if bad > 1 else ''} that {'are' if bad > 1 else 'is'} "
+                             "not finite (NaN or infinite): leave the runs without a score out first")
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1 for an interval, got {resamples}")
     n = len(outcomes)
     if not n:
         return Difference(name, 0)
@@ -124,5 +133,9 @@ def paired_difference(outcomes: Sequence[float], first: Sequence[float], second:
     weights = resample_weights(strata if strata is not None else [0] * n, resamples, seed)
     drawn = metric(name, outcomes, first, weights, strata) - metric(name, outcomes, second, weights, strata)
     drawn = drawn[np.isfinite(drawn)]
+    if not len(drawn):
+        raise ValueError(f"none of the {resamples} resamples gives a figure for the {name} difference (each lost "
+                         "every pair of a positive and a negative run of one stratum): too few runs of a kind within "
+                         "the strata")
     low, high = np.quantile(drawn, [(1 - level) / 2, (1 + level) / 2])
     return Difference(name, n, float(both[0]), float(both[1]), float(value), float(low), float(high), len(drawn))

@@ -1,8 +1,10 @@
 r"""What a warning or a forecast is worth, on any folder of runs
 ==============================================================
 
-    python -m capgeo_callbacks.scoring RUNS [RUNS ...] [--rules study loss-onset ...] [--forecasters acc-trend ...]
-                                       [--calibration FOLDER]
+    capgeo score RUNS [RUNS ...] [--rules study loss-onset ...] [--forecasters acc-trend ...]
+                 [--calibration FOLDER [--leads RULE ...] [--max-false-rate 0.2] [--max-control-rate 0]]
+
+(``python -m capgeo_callbacks.scoring`` is the same command.)
 
 Every run in RUNS is scored, whatever its seed: which runs a study may report (its held-out policy) is the
 study's to decide before it hands them over (capgeo's own: ``study.phases.heldout``).
@@ -28,12 +30,20 @@ Who will learn: the AUROC of every score a run records and of each rule's own sc
 budget, among the runs not yet acquired then, pooled and within each task, beside a score that fires on every run
 that learns (:mod:`capgeo_callbacks.scoring.discrimination`; needs scikit-learn, ``capgeo-callbacks[stats]``).
 
+With calibration runs (``--calibration FOLDER``), two things are read off them and never off RUNS: the direction
+of the scores that have none a priori (above), and each rule's operating point: a small grid of its settings, one
+point chosen where it warns the most calibration acquirers before acquisition while at most ``--max-false-rate``
+(default 0.2) of the calibration runs that never acquire and at most ``--max-control-rate`` (default 0: none) of the
+calibration controls alert. The leads table then gives, on RUNS at that point, the acquirers warned before
+acquisition, the median lead in steps and as a share of the time to acquisition with its interval, the false alarms
+on runs that never acquire and the controls alerting (:mod:`capgeo_callbacks.scoring.leads`; ``--leads`` names the
+rules, default every rule with a grid).
+
 A run found twice (a deterministic rerun: the same settings, seed and series, :func:`same_run`) counts once.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,9 +55,8 @@ import numpy as np
 from capgeo_callbacks.detection import Alert, Chance, DetectionSettings, label_run
 from capgeo_callbacks.detection.onset import learning_onset
 from capgeo_callbacks.detection.stats import wilson
-from capgeo_callbacks.rules import Forecast, Rule, RunView, make_rule, rule_output
+from capgeo_callbacks.rules import Forecast, Rule, RunView, rule_output
 from capgeo_callbacks.run.reading import find_runs
-from capgeo_callbacks.scoring.discrimination import LEGEND, SHARES, discrimination, discrimination_table
 
 __all__ = ["FRACTIONS", "Rate", "ScoredRun", "distinct", "forecast_scores", "load_runs", "same_run",
            "warning_scores"]
@@ -107,6 +116,11 @@ class ScoredRun:
     @property
     def task(self) -> str:
         return f"{self.summary.get('task')}/{self.summary.get('difficulty')}"
+
+    @property
+    def group(self) -> str:
+        """The column of the scorer's within-group tables: its task and level."""
+        return self.task
 
 
 def scored_run(summary: Mapping[str, Any], name: str) -> ScoredRun | None:
@@ -187,11 +201,13 @@ def distinct(items: Sequence[Item], summary: Callable[[Item], Mapping[str, Any]]
     return kept, reruns
 
 
-def first_alert(rule: Rule, run: RunView) -> Alert | None:
-    """``rule``'s first run alert on ``run`` (replayed until it fires), or None."""
+def first_alert(rule: Rule, run: RunView, prefixes: Sequence[RunView] | None = None) -> Alert | None:
+    """``rule``'s first run alert on ``run`` (replayed until it fires), or None. ``prefixes``: the run's views at
+    each evaluation, made once where several rules replay one run."""
     alerts: list = []
-    for end in range(1, len(run.steps) + 1):
-        output = rule_output(rule, run.prefix(end), alerts)
+    views = prefixes if prefixes is not None else (run.prefix(end) for end in range(1, len(run.steps) + 1))
+    for view in views:
+        output = rule_output(rule, view, alerts)
         alerts += output.alerts
         fired = [alert for alert in output.alerts if alert.kind == "run"]
         if fired:
@@ -374,45 +390,3 @@ def _cell(spread: Mapping[str, Any], digits: int = 0) -> str:
     fmt = f"{{:.{digits}f}}"
     return (f"{fmt.format(spread['median'])} [{fmt.format(spread['q25'])}, {fmt.format(spread['q75'])}] "
             f"(n={spread['n']})")
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path, nargs="+", help="folders of runs (run folders or *.json.gz summaries); "
-                        "a run found twice (the same settings, seed and series) counts once")
-    parser.add_argument("--rules", nargs="+", default=["study", "geometry-guarded", "loss-onset",
-                                                       "logprob-emergence", "probe-crossing", "warmup-end",
-                                                       "clock-20"], help="rule names (capgeo_callbacks.rules.RULES)")
-    parser.add_argument("--forecasters", nargs="*", default=[], help="forecaster rule names")
-    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds (default: every run)")
-    parser.add_argument("--shares", nargs="+", type=float, default=list(SHARES),
-                        help="shares of the budget at which the AUROC table is computed")
-    parser.add_argument("--calibration", type=Path, default=None,
-                        help="runs that set the direction of the scores without one a priori (RankMe, weight norm)")
-    args = parser.parse_args(argv)
-    try:
-        rules = [make_rule(name) for name in args.rules]
-        forecasters = [make_rule(name) for name in args.forecasters]
-    except ValueError as error:
-        parser.error(str(error))
-    if any(not 0 < share <= 1 for share in args.shares):
-        parser.error(f"--shares are shares of the budget, in (0, 1]; got {args.shares}")
-    runs, reruns = distinct([run for folder in args.runs for run in load_runs(folder, args.seeds)])
-    print(f"{len(runs)} runs: {sum(r.acquisition is not None and not r.control for r in runs)} acquired "
-          f"({sum(r.acquired_fully and not r.control for r in runs)} fully), {sum(r.control for r in runs)} controls, "
-          f"{sum(r.acquisition is None and not r.control for r in runs)} never acquired"
-          + "".join(f"; {rerun.name} is a rerun of {kept.name}, counted once" for rerun, kept in reruns) + "\n")
-    warnings = [warning_scores(rule, runs) for rule in rules]
-    print(warning_table(warnings))
-    if forecasters:
-        print()
-        print(forecast_table([forecast_scores(rule, runs) for rule in forecasters]))
-    calibration = load_runs(args.calibration) if args.calibration is not None else None
-    print(f"\nWho will learn. {LEGEND}\n")
-    print(discrimination_table(discrimination(runs, {s["rule"]: s["fired"] for s in warnings}, forecasters,
-                                              args.shares, calibration)))
-
-
-if __name__ == "__main__":
-    main()

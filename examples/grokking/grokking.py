@@ -10,7 +10,9 @@ the budget. ``control=True`` shuffles the training answers across the training p
 :func:`train` follows Ray Tune's function-trainable convention, ``train(config)``, so the launcher runs it on a
 grid (``config["trial_dir"]`` is the run's folder, ``config["resume_from"]`` a checkpoint to resume from or
 None). It logs ``train/loss`` and ``train/acc`` (the minibatch's) at every step and ``val/acc`` and ``val/loss``
-at every evaluation; capgeo is attached as the README prints it, with the weight norm beside it. With ``stop_at``,
+at every evaluation; capgeo is attached as the README prints it, with the weight norm beside it and every evaluation
+measured (``overhead_budget="measure"``), and with ``commutator=True`` the commutator defect on the two halves of a
+training batch (its loss: :func:`answer_loss`, since the tuple batches are not capgeo's own layout). With ``stop_at``,
 Lightning's ``EarlyStopping`` ends a run once validation accuracy exceeds it (a run that groks need not spend the
 rest of its budget). Training batches
 are drawn by a generator seeded by (seed, step), so a resumed run sees the batches an unbroken run would.
@@ -37,6 +39,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 
 from capgeo_callbacks import (
+    CommutatorDefectMonitor,
     EvaluationSchedule,
     LinearProbeMonitor,
     PrecursorDetector,
@@ -69,6 +72,7 @@ class Settings:
     seed: int = 0
     control: bool = False  # training answers shuffled across the training pairs
     stop_at: float | None = None  # stop once validation accuracy exceeds it (EarlyStopping's stopping_threshold)
+    commutator: bool = False  # also measure the commutator defect (every 8th evaluation)
 
     def __post_init__(self) -> None:
         if self.operation not in OPERATIONS:
@@ -135,6 +139,12 @@ class ModularArithmetic(pl.LightningDataModule):
         return DataLoader(list(zip(*(part.split(1024) for part in self.validation), strict=True)), batch_size=None)
 
 
+def answer_loss(logits: Tensor, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Cross-entropy of the answer, read at "=" (the last position): the training loss, as a gradient measure takes
+    it (``loss_fn(output, batch)``)."""
+    return F.cross_entropy(logits[:, -1], batch[1][:, -1])
+
+
 class GrokkingModel(pl.LightningModule):
     """The decoder and its head; cross-entropy on the answer position; AdamW with weight decay."""
 
@@ -148,10 +158,9 @@ class GrokkingModel(pl.LightningModule):
         return self.lm_head(self.model(inputs))  # (B, T, vocab)
 
     def _scores(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        inputs, targets = batch
-        logits = self(inputs)[:, -1]  # the answer is read at "="
-        answer = targets[:, -1]
-        return F.cross_entropy(logits, answer), (logits.argmax(-1) == answer).float().mean()
+        logits = self(batch[0])
+        right = logits[:, -1].argmax(-1) == batch[1][:, -1]  # the answer is read at "="
+        return answer_loss(logits, batch), right.float().mean()
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         loss, acc = self._scores(batch)
@@ -171,14 +180,20 @@ class GrokkingModel(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}
 
 
-def capgeo_callbacks() -> list[pl.Callback]:
-    """capgeo as README.md's "On your own model" prints it, and the weight norm (a quiet run: no progress bar)."""
+def capgeo_callbacks(settings: Settings | None = None) -> list[pl.Callback]:
+    """capgeo as README.md's "On your own model" prints it, and the weight norm (a quiet run: no progress bar), every
+    evaluation measured (``overhead_budget="measure"``: the runs are data; the default budget would thin them); with
+    ``settings.commutator``, the commutator defect on the two halves of a training batch."""
+    commutator = [CommutatorDefectMonitor(loss_fn=answer_loss, batch_size=settings.batch_size)] \
+        if settings is not None and settings.commutator else []
     return [
         EvaluationSchedule(points=256),
         RankMeMonitor(layers=["model.layers.*", "model.norm"], selector="last", num_rows=512),
         LinearProbeMonitor(layers="model.norm", every_n_evals=4),
         WeightNormMonitor(layers="model.layers.*"),
-        PrecursorDetector(monitor="val/acc", rules=default_rules()),
+        *commutator,
+        PrecursorDetector(monitor="val/acc", rules=default_rules(),
+                          overhead_budget="measure"),  # every evaluation measured, capgeo's share still said
     ]
 
 
@@ -199,7 +214,7 @@ def train(config: Mapping[str, Any]) -> None:
         EarlyStopping("val/acc", mode="max", stopping_threshold=settings.stop_at, patience=settings.max_steps,
                       check_on_train_epoch_end=False)]
     trainer = Trainer(max_steps=settings.max_steps, logger=TensorBoardLogger(folder, name="", version=""),
-                      callbacks=[*capgeo_callbacks(), checkpoints, *stopping], enable_progress_bar=False,
+                      callbacks=[*capgeo_callbacks(settings), checkpoints, *stopping], enable_progress_bar=False,
                       enable_model_summary=False)
     trainer.fit(model, datamodule=data, ckpt_path=config.get("resume_from"))
 

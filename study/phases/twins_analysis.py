@@ -35,11 +35,16 @@ series whose scale is the model's (:func:`landmark_features`).
   feature is imputed 0 (no change) and a 0/1 indicator per group (:data:`MISSING`) says so; no row is dropped.
   The fit records how many rows each indicator flagged.
 
-**Models.** Two of one kind, per landmark: scikit-learn's ``LogisticRegression`` (L2), the features standardised
-with the calibration rows' mean and standard deviation (a constant column is left unscaled), the penalty ``C``
-chosen from :data:`C_GRID` by the out-of-fold log loss of ``StratifiedGroupKFold`` grouped by run (each run's
-rows in one fold; :data:`FOLDS` folds, fewer where a kind has fewer runs), the smaller ``C`` on a tie. Both models
-see the same folds. :func:`fit` returns plain numbers (JSON); :func:`predict` needs numpy alone.
+Each run's features at a landmark are computed once (:meth:`TwinRun.features`), whichever model, family or
+comparison reads them.
+
+**Models.** Two of one kind, per landmark: scikit-learn's ``LogisticRegression`` (L2) behind a ``StandardScaler``
+in one ``Pipeline`` (a constant column is left unscaled), the penalty ``C`` chosen from :data:`C_GRID` by the
+out-of-fold log loss of ``StratifiedGroupKFold`` grouped by run (each run's rows in one fold; :data:`FOLDS` folds,
+fewer where a kind has fewer runs), the smaller ``C`` on a tie. Each fold's pipeline standardises with its own
+training rows' mean and standard deviation, so a validation fold never informs its own scaling; the frozen model
+is the pipeline refitted on every calibration row. Both models see the same folds. :func:`fit` returns plain
+numbers (JSON); :func:`predict` needs numpy alone.
 
 **The primary endpoint** (:func:`compare`, :func:`decide`): at 25% of the budget, among the held-out runs not yet
 acquired, the paired difference in log loss, base minus base + geometry (nats a run; positive: the geometry
@@ -50,12 +55,12 @@ bound is above 0; **adds nothing** where the upper bound is below the registered
 judge). One per family and pooled. Beside it: the paired AUROC difference within cell (pairs of one acquirer and
 one non-acquirer of the same cell: which twins, not which cells), the Brier scores, the 10% and 50% landmarks.
 
-**Rules** (:func:`rule_leads`): each a score on a run's series so far (or a capgeo rule, 1 once it has alerted),
-its alert's operating point chosen on the calibration twins
-(:func:`~capgeo_callbacks.scoring.operating.choose_operating_point`: at most 20% of calibration twins that never
-acquire and no control alert), its held-out lead in steps and as a share of the time to acquisition, false alarms
-and controls that alert (:func:`~capgeo_callbacks.scoring.warning_scores`); the best geometric rule is named on
-calibration (:func:`best_geometric`).
+**Rules** (:func:`rule_leads`): the library's rules, each with its grid of settings
+(:data:`~capgeo_callbacks.scoring.leads.GRIDS`), its operating point chosen on the calibration twins by the one
+function the registered pages use (:func:`capgeo_callbacks.scoring.leads.rule_leads`: the most acquirers warned
+before acquisition, at most 20% of the calibration twins that never acquire and no control alerting; where no point
+does, the rule at its default), its held-out lead in steps and as a share of the time to acquisition, false alarms
+and controls that alert; the best geometric rule is named on calibration (:func:`best_geometric`).
 """
 
 from __future__ import annotations
@@ -63,26 +68,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.keys import ACC, ILDR, PROBE_ACC, RANKME, TRAIN_LOSS, VAL_LOSS
-from capgeo_callbacks.rules import Rule, RunView, make_rule
+from capgeo_callbacks.keys import ILDR, PROBE_ACC, RANKME, TRAIN_LOSS, VAL_LOSS
+from capgeo_callbacks.rules import RunView
 from capgeo_callbacks.rules.survival import WINDOW, survival_features
 from capgeo_callbacks.scoring.discrimination import MIN_GROUP, SHARES, population
-from capgeo_callbacks.scoring.operating import (
-    MAX_FALSE_RATE,
-    THRESHOLDS,
-    Path,
-    choose_operating_point,
-    fired_at,
-    score_path,
-)
+from capgeo_callbacks.scoring.leads import GRIDS, MAX_FALSE_RATE, Alerting, RuleGrid
+from capgeo_callbacks.scoring.leads import rule_leads as library_rule_leads
 from capgeo_callbacks.scoring.paired import RESAMPLES, Difference, metric, paired_difference
-from capgeo_callbacks.scoring.scores import ScoredRun, first_warning, scored_run, warning_scores
+from capgeo_callbacks.scoring.scores import Rate, scored_run
 from study.checkout import ROOT
 from study.phases.twins import FOLDER
 
@@ -115,23 +114,67 @@ def family(cell: str) -> str:
     return "grokking" if str(cell).startswith("grok-") else "tasks"
 
 
-def twin_run(summary: Mapping[str, Any]) -> ScoredRun | None:
-    """A twin as the scorer sees it: its cell as its task (so per-task tables are per cell), its family as its
-    difficulty, a grokking control (``control``) as a shuffled-answer one; None with fewer than two evaluations."""
+@dataclass(frozen=True)
+class TwinRun:
+    """A twin as the analysis reads it: its cell and family, its series and labels (read as the scorer reads every
+    run: :func:`~capgeo_callbacks.scoring.scores.scored_run`), and its committed summary, unchanged.
+
+    Attributes:
+        name: the run's name.
+        cell: the setting it shares with its twins (``sort-medium-b600``, ``grok-add-f0.45-wd1``).
+        family: ``tasks`` or ``grokking`` (:func:`family`).
+        seed: its seed.
+        view: its series.
+        acquisition: its acquisition step (None: not within the run).
+        acquired_fully: whether it was acquired fully.
+        control: a shuffled-answer control (grokking's ``control``), nothing to acquire.
+        summary: the committed summary.
+    """
+
+    name: str
+    cell: str
+    family: str
+    seed: int | None
+    view: RunView
+    acquisition: int | None
+    acquired_fully: bool
+    control: bool
+    summary: Mapping[str, Any] = field(repr=False)
+    _features: dict[int, dict[str, float]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @property
+    def group(self) -> str:
+        """The column the scorer's within-group tables put it in: its cell (with its family)."""
+        return f"{self.cell}/{self.family}"
+
+    def features(self, end: int) -> dict[str, float]:
+        """:func:`landmark_features` at its ``end``-th evaluation, computed once."""
+        if end not in self._features:
+            self._features[end] = landmark_features(self.view.prefix(end), float(self.view.max_steps or 0))
+        return self._features[end]
+
+
+def twin_run(summary: Mapping[str, Any]) -> TwinRun | None:
+    """A twin from its summary: a grokking control (``control``) is a shuffled-answer one; None with fewer than two
+    evaluations."""
     cell = str(summary.get("cell"))
     seed = summary.get("seed", (summary.get("settings") or {}).get("seed"))
-    facts = {**summary, "task": cell, "difficulty": family(cell), "seed": seed,
-             "shuffled_answers": bool(summary.get("shuffled_answers") or summary.get("control"))}
-    return scored_run(facts, str(summary.get("name") or f"{cell}-s{seed}"))
+    name = str(summary.get("name") or f"{cell}-s{seed}")
+    control = bool(summary.get("shuffled_answers") or summary.get("control"))
+    scored = scored_run({**summary, "shuffled_answers": control}, name)
+    if scored is None:
+        return None
+    return TwinRun(name, cell, family(cell), None if seed is None else int(seed), scored.view, scored.acquisition,
+                   scored.acquired_fully, scored.control, summary)
 
 
-def twin_runs(summaries: Sequence[Mapping[str, Any]]) -> list[ScoredRun]:
+def twin_runs(summaries: Sequence[Mapping[str, Any]]) -> list[TwinRun]:
     runs = [twin_run(summary) for summary in summaries]
     return [run for run in runs if run is not None]
 
 
-def cell_of(run: ScoredRun) -> str:
-    return str(run.summary.get("task"))
+def cell_of(run: TwinRun) -> str:
+    return run.cell
 
 
 # ------------------------------------------------------------------------------------------- features
@@ -181,9 +224,7 @@ def landmark_features(view: RunView, budget: float) -> dict[str, float]:
     """Every feature of :data:`BASE` and :data:`GEOMETRY` at the latest evaluation of ``view`` (module docstring),
     NaN where not defined."""
     survival = survival_features(view, budget, SURVIVAL)
-    # the training loss through the same two features as the validation loss
-    as_val = RunView(view.steps, {ACC: view.values(ACC), VAL_LOSS: view.values(TRAIN_LOSS)}, view.info)
-    train = survival_features(as_val, budget, ("loss_drop", "loss_slope"))
+    train = survival_features(view, budget, ("loss_drop", "loss_slope"), loss_key=TRAIN_LOSS)  # the same two
     val_loss, train_loss = _recent(view, VAL_LOSS), _recent(view, TRAIN_LOSS)
     gap = math.log(val_loss / train_loss) if val_loss > 0 and train_loss > 0 else math.nan
     start = early_index(view)
@@ -233,35 +274,36 @@ def cv_folds(outcomes: Sequence[int], groups: Sequence[object], folds: int = FOL
     return list(folder.split(np.zeros(len(y)), y, labels))
 
 
+def _pipeline(c: float) -> Any:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=10_000))
+
+
 def fit_logistic(x: np.ndarray, outcomes: Sequence[int], groups: Sequence[object],
                  grid: Sequence[float] = C_GRID, folds: int = FOLDS, seed: int = 0) -> dict[str, Any]:
-    """An L2 logistic regression on standardised ``x``, its ``C`` chosen by grouped cross-validation (module
-    docstring), as plain numbers."""
-    from sklearn.linear_model import LogisticRegression
-
+    """An L2 logistic regression on standardised ``x``, its ``C`` chosen by grouped cross-validation, each fold
+    standardised with its own training rows (module docstring), as plain numbers."""
     y = np.asarray(outcomes, dtype=int)
-    mean, scale = x.mean(axis=0), x.std(axis=0)
-    scale[scale == 0] = 1.0  # a constant column: centred to 0, its coefficient irrelevant
-    z = (x - mean) / scale
     splits = cv_folds(y, groups, folds, seed)
     losses: dict[float, float] = {}
     for c in grid if splits else ():
         out_of_fold = np.empty(len(y))
         for train, test in splits:
-            model = LogisticRegression(C=c, max_iter=10_000).fit(z[train], y[train])
-            out_of_fold[test] = model.predict_proba(z[test])[:, 1]
+            out_of_fold[test] = _pipeline(c).fit(x[train], y[train]).predict_proba(x[test])[:, 1]
         losses[c] = float(metric("log_loss", y, out_of_fold)[0])
     chosen = min(losses, key=lambda c: (losses[c], c)) if losses else 1.0  # no CV possible: sklearn's default
-    model = LogisticRegression(C=chosen, max_iter=10_000).fit(z, y)
-    return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": model.coef_[0].tolist(),
+    scaler, model = _pipeline(chosen).fit(x, y)  # a constant column: scale 1, centred to 0
+    return {"mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(), "coef": model.coef_[0].tolist(),
             "intercept": float(model.intercept_[0]), "C": chosen, "folds": len(splits),
             "cv_log_loss": {f"{c:.6g}": loss for c, loss in losses.items()}}
 
 
-def _rows(runs: Sequence[ScoredRun], share: float) -> tuple[list, list[dict[str, float]], dict[str, int]]:
+def _rows(runs: Sequence[TwinRun], share: float) -> tuple[list, list[dict[str, float]], dict[str, int]]:
     kept, left = population(runs, share)
-    rows = [landmark_features(run.view.prefix(end), float(run.view.max_steps)) for run, end, _ in kept]  # type: ignore
-    return kept, rows, left
+    return kept, [run.features(end) for run, end, _ in kept], left
 
 
 def fit(calibration: Sequence[Mapping[str, Any]], landmarks: Sequence[float] = LANDMARKS,
@@ -316,13 +358,13 @@ def predict(frozen: Mapping[str, Any], summary: Mapping[str, Any], share: float,
     if not kept or models is None:
         return None
     _, end, _ = kept[0]
-    return probability(models[model], landmark_features(run.view.prefix(end), float(run.view.max_steps)))  # type: ignore
+    return probability(models[model], run.features(end))  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------------------------------- the endpoint
 
 
-def compare(frozen: Mapping[str, Any], runs: Sequence[ScoredRun], share: float = PRIMARY,
+def compare(frozen: Mapping[str, Any], runs: Sequence[TwinRun], share: float = PRIMARY,
             resamples: int = RESAMPLES, seed: int = 0) -> dict[str, Any]:
     """Both models on ``runs`` at ``share`` of the budget: the paired log-loss difference (base minus geometry),
     the paired AUROC difference within cell (geometry minus base) and the Brier difference (base minus geometry),
@@ -362,7 +404,7 @@ def decide(difference: Difference, margin: float) -> tuple[str, str]:
                          f"margin {margin:g}"
 
 
-def endpoints(frozen: Mapping[str, Any], runs: Sequence[ScoredRun], margin: float,
+def endpoints(frozen: Mapping[str, Any], runs: Sequence[TwinRun], margin: float,
               shares: Sequence[float] = LANDMARKS, resamples: int = RESAMPLES, seed: int = 0
               ) -> dict[str, dict[str, dict[str, Any]]]:
     """:func:`compare` and :func:`decide` per family present and pooled, at each share: ``{scope: {share: ...}}``."""
@@ -380,106 +422,70 @@ def endpoints(frozen: Mapping[str, Any], runs: Sequence[ScoredRun], margin: floa
 # ------------------------------------------------------------------------------------------- rules
 
 
-Signal = Callable[[RunView], float | None]
+VAL_LOSS_RULE = "val-loss-fall"  # the validation-loss rule every geometric rule's lead is compared with
+
+
+def default_rules() -> list[RuleGrid]:
+    """The rules the twins compare, each with its grid (:data:`~capgeo_callbacks.scoring.leads.GRIDS`): the geometric
+    ones (the study's RankMe rule, RankMe's fall from its highest value, the probe crossing, ILDR's rise) and the
+    validation-loss, accuracy and loss-onset rules."""
+    return list(GRIDS.values())
 
 
 @dataclass(frozen=True)
-class TwinRule:
-    """A rule whose lead is compared: a score on a run's series so far (its alert's threshold chosen on calibration
-    among ``thresholds``), or a capgeo :class:`~capgeo_callbacks.rules.Rule` (score 1 once it has alerted)."""
+class ChosenPoint:
+    """How the twins' page prints a rule's operating point: in words, with its calibration counts."""
 
-    name: str
-    signal: Signal | Rule
-    geometric: bool
-    thresholds: tuple[float, ...] = THRESHOLDS
+    text: str
+    recall: Rate
+    false_alarms: Rate
+    controls: Rate
 
-
-def _feature(name: str, transform: Callable[[float], float] = float) -> Signal:
-    def value(view: RunView) -> float | None:
-        budget = view.max_steps
-        found = landmark_features(view, float(budget)).get(name, math.nan) if budget else math.nan
-        return transform(found) if math.isfinite(found) else None
-    return value
+    def __str__(self) -> str:
+        return self.text
 
 
-MULTIPLES = (1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0)  # ILDR's rule: a multiple of its early value
-VAL_LOSS_RULE = "validation loss: its fall from the first value"
-
-
-def default_rules() -> list[TwinRule]:
-    """The rules the twins compare (issue 44): the study's RankMe rule, the probe crossing, ILDR's rule, a
-    validation-loss rule and an accuracy rule, with a continuous score of RankMe and of the probe beside them."""
-    return [
-        TwinRule("rankme: the study's rule", make_rule("study"), True),
-        TwinRule("rankme: drop from its max since warm-up (last layer)", _feature("rankme_drop_last"), True),
-        TwinRule("probe-crossing", make_rule("probe-crossing"), True),
-        TwinRule("probe: gain over its first", _feature("probe_gain"), True),
-        TwinRule("ildr: multiple of its early value (last layer)", _feature("ildr_change_last", math.exp), True,
-                 MULTIPLES),
-        TwinRule(VAL_LOSS_RULE, _feature("val_loss_drop", lambda fall: 1.0 - math.exp(-fall)), False),
-        TwinRule("loss-onset", make_rule("loss-onset"), False),
-        TwinRule("accuracy", _feature("acc"), False),
-    ]
-
-
-def signal_path(run: ScoredRun, signal: Signal | Rule) -> Path:
-    """The score at every evaluation of ``run`` (a capgeo rule: 1 from its first alert on)."""
-    if isinstance(signal, Rule):
-        fired = first_warning(signal, run.view)
-        return [(step, float(fired is not None and step >= fired)) for step in run.view.steps]
-    return score_path(run, signal)
-
-
-def lead_shares(runs: Sequence[ScoredRun], fired: Mapping[str, int | None]) -> dict[str, float]:
-    """Per non-control run that acquires: the alert's lead as a share of the time to acquisition, 0 where it did
-    not alert before acquisition."""
-    found = {}
-    for run in runs:
-        if run.control or run.acquisition is None:
-            continue
-        step = fired.get(run.name)
-        found[run.name] = (run.acquisition - step) / run.acquisition if step is not None and step < run.acquisition \
-            else 0.0
-    return found
-
-
-def rule_leads(rules: Sequence[TwinRule], calibration: Sequence[ScoredRun], heldout: Sequence[ScoredRun],
+def rule_leads(rules: Sequence[RuleGrid], calibration: Sequence[TwinRun], heldout: Sequence[TwinRun],
                max_false_rate: float = MAX_FALSE_RATE) -> list[dict[str, Any]]:
-    """Per rule: its operating point chosen on ``calibration`` (None: no alert within the limits, and the rule is
-    off: it never alerts), and at it the warning scores (:func:`~capgeo_callbacks.scoring.warning_scores`) and lead
-    shares (:func:`lead_shares`) on the calibration and the held-out runs."""
+    """Per rule, :func:`capgeo_callbacks.scoring.leads.rule_leads` (``lead``), and what the twins' page reads of it:
+    its operating point (``point``), the held-out counts (``heldout``) and every acquirer's lead share, 0 where it
+    was not warned (``calibration_lead_shares``, ``heldout_lead_shares``)."""
     found = []
-    for rule in rules:
-        paths = [(run, signal_path(run, rule.signal)) for run in calibration]
-        point = choose_operating_point(paths, max_false_rate, rule.thresholds)
-        entry: dict[str, Any] = {"rule": rule.name, "geometric": rule.geometric, "point": point}
-        for name, runs in (("calibration", calibration), ("heldout", heldout)):
-            if point is None:
-                fired: dict[str, int | None] = dict.fromkeys((run.name for run in runs), None)
-            else:
-                fired = fired_at(paths if name == "calibration" else
-                                 [(run, signal_path(run, rule.signal)) for run in runs], point)
-            entry[name] = warning_scores(rule.name, runs, fired)
-            entry[f"{name}_lead_shares"] = lead_shares(runs, fired)
-        found.append(entry)
+    for lead in library_rule_leads(rules, calibration, heldout, max_false_rate):
+        cal, held = lead.calibration, lead.heldout
+        found.append({"rule": lead.rule, "geometric": lead.geometric, "lead": lead,
+                      "point": ChosenPoint(lead.setting, cal.warned, cal.false_alarms, cal.controls),
+                      "heldout": {"fired": dict(held.fired), "recall": held.warned,
+                                  "false_alarms_never_acquired": held.false_alarms,
+                                  "false_alarms_controls": held.controls},
+                      "calibration_lead_shares": _shares(cal, calibration),
+                      "heldout_lead_shares": _shares(held, heldout)})
     return found
+
+
+def _shares(found: Alerting, runs: Sequence[TwinRun]) -> dict[str, float]:
+    """Every acquirer's lead share, 0 where it was not warned (a run the rule could not read included)."""
+    return {run.name: found.shares.get(run.name, 0.0) for run in runs
+            if not run.control and run.acquisition is not None}
 
 
 def best_geometric(leads: Sequence[Mapping[str, Any]]) -> str | None:
     """The geometric rule with the largest mean calibration lead share (misses count 0), then the most calibration
-    acquirers alerted, then the fewest false alarms; None where no geometric rule has an operating point."""
+    acquirers warned, then the fewest false alarms; None where no geometric rule has an operating point within the
+    calibration caps."""
     def key(entry: Mapping[str, Any]) -> tuple[float, int, int]:
-        shares = list(entry["calibration_lead_shares"].values())
-        return (float(np.mean(shares)) if shares else 0.0, entry["point"].recall.k, -entry["point"].false_alarms.k)
+        shares, lead = list(entry["calibration_lead_shares"].values()), entry["lead"]
+        return (float(np.mean(shares)) if shares else 0.0, lead.calibration.warned.k,
+                -lead.calibration.false_alarms.k)
 
-    chosen = [entry for entry in leads if entry["geometric"] and entry["point"] is not None]
+    chosen = [entry for entry in leads if entry["geometric"] and entry["lead"].chosen]
     return max(chosen, key=key)["rule"] if chosen else None
 
 
-def lead_difference(leads: Sequence[Mapping[str, Any]], first: str, second: str, runs: Sequence[ScoredRun],
+def lead_difference(leads: Sequence[Mapping[str, Any]], first: str, second: str, runs: Sequence[TwinRun],
                     resamples: int = RESAMPLES, seed: int = 0) -> Difference:
     """The mean held-out lead share of rule ``first`` minus that of ``second`` over the held-out runs that acquire
-    (misses count 0; a rule that is off misses every run), paired, resampling runs within cells."""
+    (misses count 0), paired, resampling runs within cells."""
     entries = {entry["rule"]: entry for entry in leads}
     acquirers = [run for run in runs if not run.control and run.acquisition is not None]
     a, b = (entries[name]["heldout_lead_shares"] for name in (first, second))

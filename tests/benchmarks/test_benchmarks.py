@@ -11,7 +11,15 @@ import warnings
 
 import pytest
 
-from benchmarks import hessian_hvps, ildr_speed, llc_vs_devinterp, rankme_monitor, rankme_speed, task_throughput
+from benchmarks import (
+    commutator_cost,
+    hessian_hvps,
+    ildr_speed,
+    llc_vs_devinterp,
+    rankme_monitor,
+    rankme_speed,
+    task_throughput,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +42,16 @@ def test_ildr_speed_times_ildr_beside_rankme_on_the_same_rows(capsys: pytest.Cap
     assert result["shape"] == (96, 24) and result["ratio"] > 0
     assert result["ildr"] > 1  # the classes' centroids lie apart: well separated rows
     assert "ratio ILDR / RankMe" in capsys.readouterr().out
+
+
+def test_commutator_cost_times_the_defect_beside_a_step_rankme_and_ildr(capsys: pytest.CaptureFixture[str]) -> None:
+    [result] = commutator_cost.main(["--sizes", "xs", "--batch-sizes", "8", "--train-steps", "0", "--repeats", "1"])
+    assert (result["size"], result["batch_size"]) == ("xs", 8)
+    assert all(result[f"{name}_s"] > 0 for name in ("step", "defect", "finite", "rankme", "ildr"))
+    # capgeo's transformer is smooth (GELU): the float64 finite form at eta = 1e-3 is near the small-step form, O(eta
+    # |g|) apart (about 2% at initialisation, where the halves' gradient norms are near 17)
+    assert result["defect"] > 0 and result["finite"] == pytest.approx(result["defect"], rel=0.05)
+    assert "defect/step" in capsys.readouterr().out
 
 
 def test_rankme_monitor_logs_rankme_of_the_captured_rows(capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,16 +120,31 @@ def test_gpu_overhead_runs_on_the_cpu_as_a_smoke_test(capsys: pytest.CaptureFixt
     assert "size xs: median ratio" in capsys.readouterr().out
 
 
-def test_overhead_budget_runs_a_small_run_under_each_budget(capsys: pytest.CaptureFixture[str]) -> None:
+def test_overhead_budget_pairs_small_runs_with_each_setting_and_their_own_shares(
+        capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import overhead_budget
 
     result = overhead_budget.main(["--task", "mod", "--difficulty", "hard", "--max-steps", "40", "--stop-at-step",
-                                   "12", "--budgets", "0", "0.01", "--repeats", "1"])
-    off, tiny = result["rows"]
-    assert (off["budget"], tiny["budget"]) == (0.0, 0.01) and off["ratio"] > 0 and tiny["ratio"] > 0
-    assert off["shares"] == [] and len(tiny["shares"]) == 1 and tiny["shares"][0] > 0  # off: nothing timed
-    assert tiny["thinned"]["rankme"] == [0]  # what the rules read is never thinned
-    assert "| 0.01 |" in capsys.readouterr().out
+                                   "12", "--settings", "measure", "0.01", "--min-pairs", "1", "--max-pairs", "1"])
+    measure, tiny = result["rows"]
+    assert (measure["setting"], tiny["setting"]) == ("measure", "0.01") and len(result["bare"]) == 1
+    assert all(row["mean"] > 0 and math.isinf(row["half_width"]) and row["agrees"] is None for row in result["rows"])
+    assert measure["thinned"] == [0] and measure["whole_run"][0] > 0 and measure["predicted"][0] > 1
+    assert "| measure |" in capsys.readouterr().out
+    assert overhead_budget.interval([1.0, 1.2])[0] == pytest.approx(1.1)
+    with pytest.raises(ValueError, match="overhead_budget must be"):
+        overhead_budget.main(["--settings", "fast"])
+
+
+def test_schedule_cost_counts_the_passes_and_times_a_tiny_pair(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import schedule_cost
+
+    schedule_cost.main(["passes"])
+    assert "makes 256 validation passes" in capsys.readouterr().out
+    result = schedule_cost.main(["time", "--task", "mod", "--difficulty", "hard", "--max-steps", "20",
+                                 "--min-pairs", "1", "--max-pairs", "1"])
+    assert result["passes_added"] == 21 - 3 and len(result["ratios"]) == 1 and result["ratios"][0] > 0
+    assert "passes added by the schedule" in capsys.readouterr().out
 
 
 def test_overhead_tables_from_results_files(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from capgeo_callbacks import (
+    CommutatorDefectMonitor,
     GradientRankMonitor,
     HessianMonitor,
     LinearProbeMonitor,
@@ -117,6 +118,7 @@ def test_non_finite_hidden_states_and_gradients_warn_skip_and_training_goes_on(t
         GradientRankMonitor(**small),
         HessianMonitor(**small, k=1, num_iterations=4),
         LLCMonitor(**small, num_chains=2, num_draws=5, num_batches=1),
+        CommutatorDefectMonitor(**small),
         PrecursorDetector(monitor="val_acc", logprob_monitor=None, overhead_budget=None),
     ]
     with pytest.warns(UserWarning) as record:
@@ -130,14 +132,15 @@ def test_non_finite_hidden_states_and_gradients_warn_skip_and_training_goes_on(t
         "LinearProbeMonitor: 'poison' at step 8: train_x contains non-finite values; skipped",
         "GradientRankMonitor: non-finite per-example gradients at step 8; skipped",
         "HessianMonitor: non-finite loss",
+        "CommutatorDefectMonitor: non-finite gradients at step 8; skipped",
     ]
     for text in expected:
         assert count(record, text) == 1, (text, warned)  # once, though it happens at every evaluation
-    rankme, probes, grad_rank, hessian, llc, detector = callbacks
+    rankme, probes, grad_rank, hessian, llc, commutator, detector = callbacks
     assert set(rankme.series) == {"rankme/encoder.layers.1", "ildr/encoder.layers.1"}
     assert len(rankme.series["rankme/encoder.layers.1"]) == len(rankme.series["ildr/encoder.layers.1"]) == 2
     assert set(probes.series) == {"probe_acc/encoder.layers.1"}
-    assert grad_rank.series == {} and hessian.series == {}
+    assert grad_rank.series == {} and hessian.series == {} and commutator.series == {}
     # LLC samples a copy in train mode (devinterp's convention), where this model stays finite
     assert [s for s, _ in llc.series["llc"]] == [8, 16]
     summary = json.loads((tmp_path / "capgeo_summary.json").read_text())

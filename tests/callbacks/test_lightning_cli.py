@@ -127,6 +127,7 @@ def test_callbacks_from_yaml_are_built_and_measure(tmp_path: Path) -> None:
     assert dict(detector.settings.measure_transitions) == {"rankme/": "collapse", "probe_acc/": "crossing"}
     assert detector.run_info == {"task": "copy", "note": "from YAML", "max_steps": cli.trainer.max_steps}
     assert schedule.points == 8 and schedule.schedule == "linear"
+    assert detector.session.budget is not None and not detector.session.budget.thins  # "measure", from the YAML
 
     # and they measured at the schedule's steps
     steps = [0, 4, 8, 12, 16, 20, 24]
@@ -152,6 +153,7 @@ def test_callbacks_from_yaml_are_built_and_measure(tmp_path: Path) -> None:
     assert names == ["capgeo_callbacks.RankMeMonitor", "capgeo_callbacks.LinearProbeMonitor",
                      "capgeo_callbacks.PrecursorDetector", "capgeo_callbacks.EvaluationSchedule"]
     assert saved["trainer"]["callbacks"][2]["init_args"]["settings"]["min_drop"] == 0.4
+    assert saved["trainer"]["callbacks"][2]["init_args"]["overhead_budget"] == "measure"
 
 
 def test_callables_by_import_path(tmp_path: Path) -> None:

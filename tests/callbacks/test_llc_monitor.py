@@ -115,3 +115,23 @@ def test_bad_arguments_raise() -> None:
         LLCMonitor(localization=-1.0)
     with pytest.raises(ValueError, match="nbeta"):
         LLCMonitor(nbeta=-2.0)
+
+
+def test_the_copy_leaves_out_every_trainer_and_each_gets_its_own_back() -> None:
+    """A LightningModule holding another (a wrapped model): the deep copy made inside ``detached_from_trainer`` has no
+    Trainer at any level, and afterwards each module has its own again (the parent's setter reaches its child)."""
+    import copy
+
+    from lightning.pytorch import Trainer
+
+    outer, inner = TinyAnswerLM(), TinyAnswerLM()
+    outer.inner = inner
+    first, second = (Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False) for _ in range(2))
+    outer.trainer = first
+    inner.trainer = second
+    with detached_from_trainer(outer):
+        copied = copy.deepcopy(outer)
+    for module in (copied, copied.inner):
+        with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
+            module.trainer  # noqa: B018 - the property raises when there is none
+    assert outer.trainer is first and inner.trainer is second

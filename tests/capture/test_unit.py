@@ -156,6 +156,7 @@ def test_ildr_of_the_rows_rankme_reads() -> None:
         model(batch["input_ids"])
     result = unit.compute()
     assert list(result.values) == ["rankme/0", "rankme/1", "ildr/0", "ildr/1"] and unit.tags == list(result.values)
+    assert unit.left_out == {}  # every row had its target
     assert result.rows == dict.fromkeys(result.values, 100)
     ids = torch.cat([batch["input_ids"] for batch in batches])[:100]
     with torch.no_grad():
@@ -164,7 +165,7 @@ def test_ildr_of_the_rows_rankme_reads() -> None:
     assert result.values["rankme/1"] == pytest.approx(rankme(rows), rel=1e-12)
 
 
-def test_rows_without_targets_keep_rankme_and_say_once_that_ildr_is_left_out() -> None:
+def test_rows_without_targets_keep_rankme_and_note_once_without_a_warning_that_ildr_is_left_out() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(5, 8), nn.Linear(8, 8))
     said: list[str] = []
@@ -178,6 +179,8 @@ def test_rows_without_targets_keep_rankme_and_say_once_that_ildr_is_left_out() -
             model(batch["input_ids"])
         result = unit.compute()
         assert list(result.values) == ["rankme/1"] and result.rows == {"rankme/1": 128}
-    assert len(said) == 1 and said[0].startswith("ILDR needs the target of every row RankMe reads (no targets found")
+    assert said == []  # the user asked for RankMe: ILDR's absence is a note for the summary, not a warning
+    assert list(unit.left_out) == ["ildr"]
+    assert unit.left_out["ildr"].startswith("ILDR needs the target of every row RankMe reads (no targets found")
     assert unit.capture.unlabelled_reason is None  # dropped with the rows
 

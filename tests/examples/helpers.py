@@ -13,6 +13,7 @@ import importlib.util
 import io
 import logging
 import math
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -104,6 +105,33 @@ def check_rankme_per_layer(run: ExampleRun, layers: list[str]) -> None:
         points = run.series(f"rankme/{layer}")
         assert [step for step, _ in points] == steps, f"rankme/{layer}: {len(points)} points, {len(steps)} evaluations"
         assert all(1.0 <= value <= run.summary["rows"][f"rankme/{layer}"] for _, value in points)
+
+
+def check_rankme_under_the_budget(run: ExampleRun, layers: list[str]) -> None:
+    """Under the default overhead budget: RankMe of every watched layer at every evaluation of the protected start,
+    then at an even stride (one in k of the evaluations, k only growing, at most the record's ``max_stride``) to the
+    end, never dropped; where any evaluation was left out, said once, with the evaluations kept and capgeo's share."""
+    record = run.summary["overhead"]
+    steps = [step for step, _ in run.series("acc")]
+    start = [step for step in steps if step <= record["protected_until_step"]]
+    for layer in layers:
+        kept = [step for step, _ in run.series(f"rankme/{layer}")]
+        assert kept[: len(start)] == start and set(kept) <= set(steps), f"rankme/{layer}: {kept[:10]}..."
+        at = [steps.index(step) for step in kept[len(start) - 1:]]
+        gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
+        assert gaps == sorted(gaps) and all(1 <= gap <= record["max_stride"] for gap in gaps), gaps
+        assert len(steps) - 1 - at[-1] < record["max_stride"], f"rankme/{layer} stops at {kept[-1]} of {steps[-1]}"
+    work = record["work"]["rankme"]
+    said = [message for message in run.messages if "overhead budget" in message and "rankme " in message]
+    assert len(kept) == work["runs"] and bool(said) == (work["thinned"] > 0), said
+    assert len(said) == len(set(said)) <= 2, said  # once each: where it thins, and where it cannot hold
+    recorded = [text for text in record["said"] if "rankme " in text]  # the summary keeps what was said
+    assert len(recorded) == len(said) and all(text in message for text, message in zip(recorded, said, strict=True))
+    for message in said:  # the figure: kept of due so far, and projected over the run's whole budget of steps
+        figure = re.search(r"rankme (\d+) of (\d+) so far, about (\d+) of (\d+) over the run", message)
+        assert figure, message
+        so_far, due, about, whole = map(int, figure.groups())
+        assert so_far <= due and len(start) <= due <= len(steps) and about <= whole, message
 
 
 def check_probe_accuracy(run: ExampleRun, layer: str | None, start_below: float, end_above: float) -> None:

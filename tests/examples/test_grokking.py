@@ -10,6 +10,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 import torch
+import torch.nn.functional as F
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -18,6 +19,7 @@ from examples.grokking.grokking import (
     GrokkingModel,
     ModularArithmetic,
     Settings,
+    answer_loss,
     capgeo_callbacks,
     pairs,
     run_name,
@@ -49,6 +51,20 @@ def test_bad_settings_are_named() -> None:
         Settings(fraction=1.0)
     with pytest.raises(ValueError, match="unknown settings"):
         Settings.from_config({"lr": 1e-3, "learning_rate": 1e-3})
+
+
+def test_the_commutator_defect_is_measured_on_its_tuple_batches_with_the_answer_loss(tmp_path: Path) -> None:
+    settings = Settings(**TINY)
+    model, data = GrokkingModel(settings), ModularArithmetic(settings)
+    batch = next(iter(data.train_dataloader()))
+    logits = model(batch[0])
+    # the loss a gradient measure is given is the training loss: cross-entropy of the answer at "="
+    assert torch.equal(answer_loss(logits, batch), F.cross_entropy(logits[:, -1], batch[1][:, -1]))
+    assert not [cb for cb in capgeo_callbacks(settings) if "Commutator" in type(cb).__name__]  # off by default
+    train({**TINY, "max_steps": 16, "commutator": True, "trial_dir": str(tmp_path), "resume_from": None})
+    series = read_summary(tmp_path)["series"]["commutator/defect"]
+    assert [step for step, _ in series] == [0, 8, 16]  # every 8th of the 17 evaluations, step 0 included
+    assert all(value > 0 for _, value in series)
 
 
 @pytest.mark.slow

@@ -67,15 +67,19 @@ class LogRecorder(transformers.TrainerCallback):
         self.logs.append((state.global_step, dict(logs or {})))
 
 
-def train(tmp_path: Path, callbacks: list, resume: str | None = None, **settings) -> Trainer:
+def make_trainer(tmp_path: Path, callbacks: list, **settings) -> Trainer:
     torch.manual_seed(0)
     config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=50, n_positions=32)  # dropout 0.1: RNG in use
     model = GPT2LMHeadModel(config)
-    settings = {"save_strategy": "no", **settings}
-    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=MAX_STEPS,
-                             per_device_train_batch_size=16, learning_rate=3e-3, logging_steps=10, seed=0,
-                             disable_tqdm=True, dataloader_num_workers=0, **settings)
-    trainer = Trainer(model=model, args=args, train_dataset=Reversal(512, seed=0), callbacks=callbacks)
+    settings = {"save_strategy": "no", "max_steps": MAX_STEPS, **settings}
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], per_device_train_batch_size=16,
+                             learning_rate=3e-3, logging_steps=10, seed=0, disable_tqdm=True, dataloader_num_workers=0,
+                             **settings)
+    return Trainer(model=model, args=args, train_dataset=Reversal(512, seed=0), callbacks=callbacks)
+
+
+def train(tmp_path: Path, callbacks: list, resume: str | None = None, **settings) -> Trainer:
+    trainer = make_trainer(tmp_path, callbacks, **settings)
     trainer.train(resume_from_checkpoint=resume)
     return trainer
 
@@ -159,9 +163,34 @@ def test_hugging_face_labels_give_accuracy_loss_and_probes_without_configuration
     assert record["val/loss"][0][1] == pytest.approx(loss, rel=1e-5)
 
 
+@pytest.mark.parametrize("attached", [True, False])
+def test_attach_binds_to_the_trainer_s_callback_handler(attached: bool, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``callback.attach(trainer)`` binds to the Trainer's public ``callback_handler``: with the call-stack fallback
+    switched off, the measurements still reach a later callback's ``on_log``; unbound, they reach the log history
+    only."""
+    from capgeo_callbacks.integrations import hf_loggers
+
+    monkeypatch.setattr(hf_loggers, "callback_handler", lambda callback: None)
+    callback, recorder = CapgeoTrainerCallback(probe_rows(16), eval_steps=[0, 4], probes=False), LogRecorder()
+    trainer = make_trainer(tmp_path, [recorder], max_steps=4)
+    if attached:
+        assert callback.attach(trainer) is trainer and callback.attach(trainer) is trainer  # added once
+    else:
+        trainer.add_callback(callback)
+    trainer.train()
+    handler = trainer.callback_handler.callbacks
+    assert sum(one is callback for one in handler) == 1 and (handler[0] is callback) == attached
+    assert [entry["step"] for entry in trainer.state.log_history if ACC_KEY in entry] == [0, 4]
+    assert [step for step, logs in recorder.logs if ACC_KEY in logs] == ([0, 4] if attached else [])
+
+
 def test_resumed_run_rebuilds_its_series_from_the_log_history(tmp_path: Path) -> None:
     first = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9)
     train(tmp_path, [first], save_strategy="steps", save_steps=20)
+    # the RNG state is transformers' own business, and 4.40 cannot load it back under torch >= 2.6 (torch.load's
+    # weights_only default; 5.x can): without it, the run resumes all the same
+    (tmp_path / "checkpoint-20" / "rng_state.pth").unlink()
     resumed = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9)
     train(tmp_path, [resumed], resume=str(tmp_path / "checkpoint-20"))
     assert resumed.steps == first.steps == [0, 1, 4, 10, 16, 22, 28, 34, 40]

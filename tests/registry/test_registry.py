@@ -163,14 +163,15 @@ def test_every_measure_builds_from_its_defaults_writes_its_keys_and_round_trips(
 
 
 def test_the_registry_holds_capgeos_measures_with_their_measured_defaults() -> None:
-    assert measure_names()[:6] == ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc")
+    assert measure_names()[:7] == ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator")
     assert [spec.name for spec in BUILTIN_MEASURES if spec.default] == ["rankme", "probes", "weight_norm"]
     assert {spec.name: spec.cost for spec in BUILTIN_MEASURES} == {
         "rankme": "cheap", "probes": "cheap", "weight_norm": "cheap", "grad_rank": "costly", "hessian": "costly",
-        "llc": "costly"}
+        "llc": "costly", "commutator": "costly"}
     assert {spec.name: spec.needs for spec in BUILTIN_MEASURES} == {
         "rankme": "hidden_states", "probes": "hidden_states", "weight_norm": "parameters",
-        "grad_rank": "per_example_gradients", "hessian": "loss_closure", "llc": "loss_closure"}
+        "grad_rank": "per_example_gradients", "hessian": "loss_closure", "llc": "loss_closure",
+        "commutator": "loss_closure"}
     # the cadences and options train.py has used (measured choices, README "The corpus")
     assert {spec.name: spec.callback_options() for spec in BUILTIN_MEASURES} == {
         "rankme": {"every_n_evals": 1},
@@ -179,11 +180,12 @@ def test_the_registry_holds_capgeos_measures_with_their_measured_defaults() -> N
         "grad_rank": {"every_n_evals": 4, "batch_size": 64},
         "hessian": {"every_n_evals": 16, "k": 1, "num_iterations": 20, "batch_size": 64},
         "llc": {"every_n_evals": 32, "num_chains": 2, "num_draws": 50, "batch_size": 64, "num_batches": 2},
+        "commutator": {"every_n_evals": 8, "batch_size": 64, "num_pairs": 1},
     }
     assert [key for spec in BUILTIN_MEASURES for key in spec.keys] == [
         "rankme/<layer>", "ildr/<layer>", "probe_acc/<layer>", "weight_norm/global", "weight_norm/<layer>",
         "grad_erank", "grad_cov_rank", "grad_cov_numerical_rank",
-        "hessian/eig_<i>", "llc", "llc_std", "llc_fraction_below_init"]
+        "hessian/eig_<i>", "llc", "llc_std", "llc_fraction_below_init", "commutator/defect"]
 
 
 def test_transition_kinds_agree_with_detections_default() -> None:
@@ -220,13 +222,16 @@ def test_train_py_measures_come_from_the_registry() -> None:
         assert train.MEASURE_OPTIONS[spec.name] == expected
         assert train.MEASURE_CALLBACKS[spec.name] is spec.callback
     help_text = " ".join(train_cli.measures_help().split())
-    assert "'default' (rankme, probes, weight_norm)" in help_text and "grad_rank, hessian, llc (costly)" in help_text
+    assert "'default' (rankme, probes, weight_norm)" in help_text
+    assert "grad_rank, hessian, llc, commutator (costly)" in help_text
 
 
 @pytest.mark.parametrize(("spec", "names"), [
     ("default", ["rankme", "probes", "weight_norm"]), ("none", []),
-    ("all", ["rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc"]),
+    ("all", ["rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator"]),
     ("llc, rankme", ["llc", "rankme"]),
+    ("default,commutator", ["rankme", "probes", "weight_norm", "commutator"]),  # a preset and a name
+    ("rankme,default,rankme", ["rankme", "probes", "weight_norm"]),  # each name once, in the order given
 ])
 def test_resolve_measures(spec: str, names: list[str]) -> None:
     assert resolve_measures(spec) == train_cli.resolve_measures(spec) == names

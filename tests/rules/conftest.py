@@ -1,6 +1,6 @@
-"""A scripted run every rule can read: RankMe collapsing and recovering in two layers, ILDR rising, a probe crossing,
-the weight norm falling, the answer log-prob and per-token accuracy rising, accuracy acquired at step 1,500 (confirmed
-at 1,700), and the run facts the rules use (budget, warm-up, chance)."""
+"""A scripted run every rule can read: RankMe collapsing and recovering in two layers, ILDR and the commutator defect
+rising, a probe crossing, the weight norm falling, the answer log-prob and per-token accuracy rising, accuracy acquired
+at step 1,500 (confirmed at 1,700), and the run facts the rules use (budget, warm-up, chance)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ TOKEN_ACC = [0.2, 0.2, 0.21, 0.22, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0
 PROBE = [0.1] * 6 + [0.7] * 14
 WEIGHT_NORM = [40.0 - 0.5 * i for i in range(10)] + [35.0 - 1.5 * i for i in range(10)]
 ILDR = [1.0, 1.1, 0.9, 1.0, 1.2, 1.5, 1.9, 2.3, 2.7, 3.5, 5.0, 7.0, 9.0] + [10.0] * 7  # 2.5 x its baseline at 800
+COMMUTATOR = [4.0, 3.0, 5.0, 4.2, 4.5, 5.0, 6.0, 7.0, 7.9, 8.0, 12.0, 15.0, 14.0] + [10.0] * 7  # 2 x 4.0 at 900
 ACQUIRED, CONFIRMED = 1500, 1700
 
 
@@ -27,7 +28,7 @@ def scripted_run() -> tuple[dict[str, list[list[float]]], dict[str, list[list[fl
     """(measured, scalars) of the scripted run, as series of points."""
     measured = {"rankme/blocks.0": points(STEPS, PRECURSOR_RANKME), "rankme/blocks.1": points(STEPS, LATE_RANKME),
                 "ildr/blocks.1": points(STEPS, ILDR), "probe_acc/blocks.1": points(STEPS, PROBE),
-                "weight_norm/global": points(STEPS, WEIGHT_NORM)}
+                "weight_norm/global": points(STEPS, WEIGHT_NORM), "commutator/defect": points(STEPS, COMMUTATOR)}
     return measured, {"val/logprob": points(STEPS, LOGPROB), "val/token_acc": points(STEPS, TOKEN_ACC),
                       "val/loss": points(STEPS, [-value for value in LOGPROB])}
 

@@ -1,5 +1,6 @@
-"""The ILDR rule on synthetic series: it warns once, when ILDR first reaches the multiple of its early baseline and
-not before, on the layer it is told to read; a run without ILDR leaves it out, said once."""
+"""The rise-over-baseline rules on synthetic series. ILDR: it warns once, when ILDR first reaches the multiple of its
+early baseline and not before, on the layer it is told to read; a run without ILDR leaves it out, said once. The
+commutator defect: the same on its one series, gaps (evaluations it does not measure at) skipped."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import math
 
 import pytest
 
-from capgeo_callbacks.keys import ACC, ILDR, how_to_record
-from capgeo_callbacks.rules import ILDRRiseRule, make_rule, replay
+from capgeo_callbacks.keys import ACC, COMMUTATOR_DEFECT, ILDR, how_to_record
+from capgeo_callbacks.rules import CommutatorRiseRule, ILDRRiseRule, make_rule, replay
 from capgeo_callbacks.rules.base import RunView
 from capgeo_callbacks.run.tracker import RunTracker
 from tests.detection.conftest import PRECURSOR_ACC, STEPS, points
@@ -76,3 +77,48 @@ def test_a_run_without_ildr_leaves_the_rule_out_and_says_so_once() -> None:
 def test_bad_arguments_raise(arguments: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ILDRRiseRule(**arguments)
+
+
+# -- the commutator defect --------------------------------------------------------------------------------------------
+def defect_view(values: list[float]) -> RunView:
+    return RunView.from_points(points(STEPS, PRECURSOR_ACC), {COMMUTATOR_DEFECT: points(STEPS, values)})
+
+
+def test_commutator_rise_warns_once_at_the_multiple_of_its_baseline_and_not_before() -> None:
+    rule = make_rule("commutator-rise")
+    assert isinstance(rule, CommutatorRiseRule) and (rule.multiple, rule.baseline_evals) == (2.0, 3)
+    rising = [2.0 * value for value in RISING]  # baseline 2.0; 2 x 2.0 = 4.0 first reached at index 6
+    [alert] = replay(rule, defect_view(rising))[0]
+    assert (alert.step, alert.kind, alert.rule) == (600, "run", "commutator-rise")
+    assert alert.evidence == "commutator/defect reached 4, 2.00 x its baseline 2"
+    assert [a.step for a in replay(CommutatorRiseRule(multiple=2.5), defect_view(rising))[0]] == [900]
+    assert replay(CommutatorRiseRule(multiple=6.5), defect_view(rising))[0] == []
+
+
+def test_commutator_rise_reads_a_series_measured_at_every_8th_evaluation() -> None:
+    # measured at indexes 0, 8, 16 only (NaN: not measured there); the baseline needs 3 values, so only a fourth
+    # value could alert, and there is none
+    sparse = [5.0 if i % 8 == 0 else math.nan for i in range(20)]
+    assert replay(CommutatorRiseRule(), defect_view(sparse))[0] == []
+    sparse = [1.0 if i % 4 == 0 else math.nan for i in range(12)] + [3.0] + [math.nan] * 7  # measured at 0,4,8,12
+    assert [a.step for a in replay(CommutatorRiseRule(), defect_view(sparse))[0]] == [1200]
+    early_spike = [1.0, 9.0, 1.0, 1.5] + [1.9] * 16  # the spike is part of the baseline (median 1.0): no alert
+    assert replay(CommutatorRiseRule(), defect_view(early_spike))[0] == []
+
+
+def test_a_run_without_the_defect_leaves_commutator_rise_out_and_says_how_to_record_it() -> None:
+    tracker = RunTracker([CommutatorRiseRule()])
+    update = tracker.update(0, 0.0, measured={"rankme/norm_f": [[0, 1.0]]})
+    assert update.left_out == {"commutator-rise": [COMMUTATOR_DEFECT]}
+    assert "CommutatorDefectMonitor" in how_to_record(COMMUTATOR_DEFECT)
+    assert CommutatorRiseRule().needs.series == (ACC, COMMUTATOR_DEFECT)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"multiple": 0.5}, "multiple must be a finite number above 1"),
+    ({"baseline_evals": 0}, "baseline_evals must be an integer >= 1"),
+    ({"key": ""}, "key must be a series' tag"),
+])
+def test_commutator_rise_bad_arguments_raise(arguments: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CommutatorRiseRule(**arguments)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capgeo_callbacks.run.schedule import EARLY_SHARE, EARLY_SPAN, evaluation_steps
+from capgeo_callbacks.run.schedule import EARLY_SHARE, EARLY_SPAN, evaluation_steps, validation_passes
 
 
 @pytest.mark.parametrize("max_steps", [100, 1500, 3000, 6000, 15000])
@@ -29,3 +29,11 @@ def test_linear_schedule_and_errors() -> None:
         evaluation_steps(100, 10, "log")
     with pytest.raises(ValueError, match="max_steps must be a positive integer"):
         evaluation_steps(0)
+
+
+def test_the_passes_the_schedule_adds_are_counted_from_it() -> None:
+    assert validation_passes(3000) == (len(evaluation_steps(3000)), 0)  # an endless stream: Lightning makes none
+    assert validation_passes(3000, steps_per_epoch=100) == (256, 30)  # one at the end of each whole epoch
+    assert validation_passes(20, 1) == (3, 0)  # steps 0, 1 and the end
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        validation_passes(100, steps_per_epoch=0)

@@ -14,7 +14,7 @@ from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.rules import LossOnsetRule, ThresholdForecaster, default_rules
 from capgeo_callbacks.run.failures import WarnOnce
 from capgeo_callbacks.run.session import Measurements, RunSession
-from capgeo_callbacks.run.summary import SUMMARY_FILENAME
+from capgeo_callbacks.run.summary import SUMMARY_FILENAME, run_info_of
 from tests.detection.conftest import PRECURSOR_ACC, PRECURSOR_RANKME, STEPS
 from tests.rules.conftest import INFO, TOKEN_ACC
 
@@ -26,6 +26,8 @@ class Recorded(Publisher):
         self.scalars_at: dict[int, dict[str, float]] = {}
         self.alerts: list[str] = []
         self.images: list[tuple[str, int]] = []
+        self.texts: dict[str, str] = {}
+        self.layouts: list[Mapping] = []
 
     def scalars(self, values: Mapping[str, float], step: int) -> None:
         self.scalars_at.setdefault(step, {}).update(values)
@@ -35,6 +37,12 @@ class Recorded(Publisher):
 
     def image(self, tag: str, image: object, step: int) -> None:
         self.images.append((tag, step))
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        self.texts[tag] = text
+
+    def layout(self, layout: Mapping) -> None:
+        self.layouts.append(layout)
 
 
 def test_rules_without_their_inputs_say_once_what_to_log_and_stay_silent() -> None:
@@ -57,6 +65,16 @@ def test_rules_without_their_inputs_say_once_what_to_log_and_stay_silent() -> No
     assert session.alerts == [] and "acc-trend" not in session.tracker.left_out
     assert set(session.tracker.forecasts) <= {"acc-trend"}
     assert session.build_summary()["rules_left_out"]["token_acc-threshold"] == ["val/token_acc", "chance"]
+
+
+def test_measures_left_out_are_noted_in_the_summary_and_are_not_run_info() -> None:
+    session = RunSession(warn=WarnOnce("capgeo", [].append))
+    for step, acc in zip(STEPS, PRECURSOR_ACC, strict=True):
+        session.evaluate(step, acc)
+    assert "measures_left_out" not in session.build_summary(Measurements())  # nothing left out: no key
+    why = "ILDR needs the target of every row RankMe reads (no targets found); RankMe was measured without it"
+    summary = session.build_summary(Measurements(left_out={"ildr": why}))
+    assert summary["measures_left_out"] == {"ildr": why} and "measures_left_out" not in run_info_of(summary)
 
 
 def test_the_user_s_names_are_recorded_and_read_under_capgeo_s() -> None:
@@ -152,3 +170,29 @@ def test_figures_are_drawn_only_for_a_publisher_that_shows_them_and_the_end_once
         ends = [tag for tag, step in publisher.images[live:]]
         assert (live > 0, ends) == ((True, ["capgeo/story", "capgeo/rankme_heatmap"]) if drawn else (False, []))
 
+
+
+def test_every_run_with_a_budget_says_what_capgeo_cost_it() -> None:
+    """The dashboard charts the share the progress bar shows, at every evaluation, and the verdict says it; the
+    summary's record gives the shares on both clocks; with the budget off, none of it."""
+    for setting in ("measure", 0.03, None):
+        session = RunSession(default_rules(), run_info=INFO, overhead_budget=setting, rules_chosen=False)
+        publisher = Recorded()
+        publisher.shows_images = False  # no figure to draw: the cost is said in text and scalars
+        if session.budget is not None:
+            session.budget.start()
+        session.start(publisher, ["rankme/last"])
+        for step, acc in zip(STEPS, PRECURSOR_ACC, strict=True):
+            session.evaluate(step, acc, publisher=publisher)
+        summary = session.finish(steps=STEPS[-1], publisher=publisher)
+        (charts,) = publisher.layouts[0].values()
+        shown = [step for step, values in publisher.scalars_at.items() if "capgeo/overhead_share" in values]
+        if setting is None:
+            assert "overhead" not in summary and not shown and "capgeo's share of the run's time" not in charts
+            assert "capgeo's cost" not in publisher.texts["capgeo/verdict"]
+            continue
+        assert shown == STEPS  # at every evaluation
+        assert charts["capgeo's share of the run's time"] == ["Multiline", ["capgeo/overhead_share"]]
+        record = summary["overhead"]
+        assert record["setting"] == setting and set(record["shares"]["whole_run"]) == {"cpu", "wall"}
+        assert "capgeo's cost: CPU " in publisher.texts["capgeo/verdict"]

@@ -61,3 +61,22 @@ def test_identical_scores_tie_and_bad_input_is_refused() -> None:
         paired_difference(Y, P, P, "accuracy")
     with pytest.raises(ValueError, match="a stratum per run"):
         paired_difference(Y, P, P[:-1], "brier")
+
+
+def test_a_score_that_is_not_a_number_is_refused_not_averaged() -> None:
+    with_nan = P.copy()
+    with_nan[[3, 7]] = np.nan
+    for name in ("log_loss", "brier", "auroc", "mean"):
+        with pytest.raises(ValueError, match="2 values that are not finite"):
+            paired_difference(Y, P, with_nan, name, STRATA, resamples=100)
+    with pytest.raises(ValueError, match="outcomes holds 1 value that is not finite"):
+        paired_difference([*Y[:-1], np.nan], P, P, "brier", resamples=100)
+
+
+def test_no_resample_with_a_figure_is_a_clear_error_not_an_empty_quantile() -> None:
+    with pytest.raises(ValueError, match="resamples must be at least 1"):
+        paired_difference(Y, P, P[::-1], "brier", STRATA, resamples=0)
+    # one acquirer and one not in one stratum: the single resample (seed 3) draws the second run twice, no pair left
+    with pytest.raises(ValueError, match="none of the 1 resamples gives a figure for the auroc"):
+        paired_difference([1.0, 0.0], [0.9, 0.1], [0.4, 0.6], "auroc", ["a", "a"], resamples=1, seed=3)
+    assert paired_difference([1.0, 0.0], [0.9, 0.1], [0.4, 0.6], "auroc", ["a", "a"], resamples=1, seed=0).value == 1.0

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from capgeo_callbacks.scoring.leads import RuleGrid, rule_leads
 from capgeo_callbacks.scoring.paired import Difference
 from study.phases import twins_analysis as twins
 from study.record import twins_report
@@ -147,23 +148,91 @@ def test_rules_get_an_operating_point_on_calibration_and_a_lead_held_out(
     calibration, heldout, _ = informative
     cal = twins.twin_runs(calibration + [twin("sort-medium-b400", 90, True, control=True)])
     held = twins.twin_runs(heldout)
-    rules = [twins.TwinRule("rankme drop", twins._feature("rankme_drop_last"), True),
-             twins.TwinRule(twins.VAL_LOSS_RULE, twins._feature("val_loss_drop", lambda f: 1 - math.exp(-f)), False),
-             twins.TwinRule("never defined", lambda view: None, True)]
-    leads = twins.rule_leads(rules, cal, held)
-    assert twins.best_geometric(leads) == "rankme drop"
-    off = leads.pop()  # no operating point: off, it never alerts, and misses every run
-    assert off["point"] is None and set(off["heldout_lead_shares"].values()) == {0.0}
-    assert off["heldout"]["false_alarms_never_acquired"].k == 0
+    grids = [RuleGrid("rankme-fall", {"fall": (0.2, 0.3, 0.5), "ignore_steps": (0, 50)}, geometric=True),
+             RuleGrid(twins.VAL_LOSS_RULE, {"fall": (0.2, 0.3), "held": (1, 3)}),
+             RuleGrid("ildr-rise", {"multiple": (2.0, 3.0)}, geometric=True)]  # no twin records ILDR
+    leads = twins.rule_leads(grids, cal, held)
+    assert [entry["lead"] for entry in leads] == rule_leads(grids, cal, held)  # the library's one function
+    assert twins.best_geometric(leads) == "rankme-fall"
+    unread = leads.pop()  # read by no twin: no point chosen, shown at its default, warning no one
+    assert not unread["lead"].chosen and unread["lead"].calibration.left_out == len(cal)
+    assert str(unread["point"]).startswith("none of 2 within the cap; at its default (multiple=2.5)")
+    assert set(unread["heldout_lead_shares"].values()) == {0.0}
     shares = list(leads[0]["heldout_lead_shares"].values())
-    assert twins.lead_difference([*leads, off], "rankme drop", "never defined", held, resamples=200).value == \
+    assert twins.lead_difference([*leads, unread], "rankme-fall", "ildr-rise", held, resamples=200).value == \
         pytest.approx(sum(shares) / len(shares))
+    rankme, loss = leads
+    point = rankme["point"]
+    assert rankme["lead"].chosen and point.false_alarms.k <= 0.2 * point.false_alarms.n and point.controls.k == 0
+    # every twin's validation loss falls steadily, those that never acquire too: no point within the cap
+    assert not loss["lead"].chosen and loss["lead"].settings == {"fall": 0.1, "held": 3}
+    assert loss["lead"].calibration.false_alarms.k > 0.2 * loss["lead"].calibration.false_alarms.n
     for entry in leads:
-        assert entry["point"] is not None
-        assert entry["point"].false_alarms.k <= 0.2 * entry["point"].false_alarms.n
         assert set(entry["heldout_lead_shares"]) == {r.name for r in held if r.acquisition is not None}
-    difference = twins.lead_difference(leads, "rankme drop", twins.VAL_LOSS_RULE, held, resamples=500)
+        assert entry["heldout"]["recall"] == entry["lead"].heldout.warned
+    difference = twins.lead_difference(leads, "rankme-fall", twins.VAL_LOSS_RULE, held, resamples=500)
     assert difference.n == sum(r.acquisition is not None for r in held) and difference.value is not None
+
+
+def test_the_default_rules_are_the_librarys_grids() -> None:
+    names = [grid.name for grid in twins.default_rules()]
+    assert twins.VAL_LOSS_RULE in names and {"study", "rankme-fall", "probe-crossing", "ildr-rise"} <= set(names)
+    assert all(grid.make(point).name == grid.name for grid in twins.default_rules() for point in grid.points()[:1])
+
+
+# -- the faults mended before any fit (each test failed before its mend) --------------------------------------------
+
+
+def test_each_fold_is_standardised_with_its_own_training_rows() -> None:
+    """The penalty is chosen by out-of-fold log losses in which each fold's scaling saw only its training rows."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(5)
+    x = np.column_stack([rng.normal(size=40), rng.lognormal(0, 1.5, 40), np.full(40, 3.0)])  # skewed; constant
+    y = (x[:, 0] + 0.3 * rng.normal(size=40) > 0).astype(int)
+    groups = [f"run{k // 2}" for k in range(40)]
+    found = twins.fit_logistic(x, y, groups, grid=(0.01, 1.0), folds=4)
+    for c in (0.01, 1.0):
+        out_of_fold = np.empty(40)
+        for train, test in twins.cv_folds(y, groups, 4):
+            model = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=10_000)).fit(x[train], y[train])
+            out_of_fold[test] = model.predict_proba(x[test])[:, 1]
+        expected = -np.mean(y * np.log(out_of_fold) + (1 - y) * np.log(1 - out_of_fold))
+        assert found["cv_log_loss"][f"{c:.6g}"] == pytest.approx(expected, rel=1e-9)
+    assert found["scale"][2] == 1.0 and found["mean"][2] == 3.0  # a constant column: centred, left unscaled
+    assert found["mean"][1] == pytest.approx(x[:, 1].mean())  # the frozen model: scaled on every row
+
+
+def test_a_twin_is_a_record_of_its_own() -> None:
+    """A twin keeps its cell and family in fields of their own and its summary unchanged; the training loss's
+    features are read from the training loss itself."""
+    summary = {**twin("sort-medium-b400", 3, True), "task": "sort", "difficulty": "medium"}
+    run = twins.twin_run(summary)
+    assert isinstance(run, twins.TwinRun) and run.cell == "sort-medium-b400" and run.family == "tasks"
+    assert run.seed == 3 and run.summary is summary and run.view.info["task"] == "sort"
+    assert run.group == "sort-medium-b400/tasks"
+    view = run.view
+    train = np.array(view.values("train/loss"))
+    features = twins.landmark_features(view, BUDGET)
+    expected = math.log(train[np.isfinite(train)][0]) - np.log(train[-3:]).mean()
+    assert features["train_loss_drop"] == pytest.approx(expected, rel=1e-12)
+    assert features["train_loss_drop"] != pytest.approx(features["val_loss_drop"], rel=1e-6)
+    grok = twins.twin_run({**twin("grok-add-f0.45-wd1", 3, True), "control": True, "shuffled_answers": False})
+    assert grok is not None and grok.family == "grokking" and grok.control
+
+
+def test_a_runs_features_are_computed_once_per_landmark(informative: tuple[list, list, dict],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both models, every family and the pooled scope read each run's features at a landmark once."""
+    _, heldout, frozen = informative
+    calls: list[int] = []
+    computed = twins.landmark_features
+    monkeypatch.setattr(twins, "landmark_features", lambda view, budget: calls.append(1) or computed(view, budget))
+    runs = twins.twin_runs(heldout)
+    found = twins.endpoints(frozen, runs, margin=0.02, shares=(0.25,), resamples=200)
+    assert len(calls) == found["pooled"]["0.25"]["n"] == len(twins.population(runs, 0.25)[0])
 
 
 def test_the_page_says_plainly_when_there_are_no_twins() -> None:
