@@ -57,6 +57,6 @@ def test_the_line_that_adds_the_probability_runs_as_printed() -> None:
     scope = {"PrecursorDetector": PrecursorDetector, "default_rules": default_rules,
              "SurvivalForecaster": SurvivalForecaster, "load_runs": load_runs}
     detector = eval(line.replace('"lightning_logs/"', repr(folder)), scope)  # noqa: S307 - the README's own line
-    names = [rule.name for rule in detector.session.tracker.rules]
+    names = [rule.name for rule in detector.session.rules]
     assert names[:-1] == [rule.name for rule in default_rules()] and names[-1] == "survival"
-    assert detector.session.tracker.rules[-1].coef_ is not None
+    assert detector.session.rules[-1].coef_ is not None
