@@ -244,9 +244,9 @@ def run_phase(phase: str, engine: str = "ray", workers: int = 2, path: Path = RE
     """Run (or resume) every registered twin of ``phase`` not yet exported, through the launcher, one thread each;
     export each as it finishes (module docstring: what is refused first)."""
     commit = require_clean_tree(f"the registered twins ({phase})")
+    found = registration(path)
     if not committed(path):
         raise SystemExit(f"{shown(path)} is not committed as it is: commit the registration first")
-    found = registration(path)
     trials = jobs(phase, path)
     if phase == "heldout":
         check_fit(path)
