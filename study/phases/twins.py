@@ -29,11 +29,11 @@ from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.sweeps import FunctionTrial, launch
 from study.checkout import ROOT, require_clean_tree
 from study.phases import registered_phase_command
-from study.phases.corpus import CORPUS, trial_summary, write_packed
+from study.phases import twins_registered as registered
+from study.phases.corpus import trial_summary, write_packed
+from study.phases.twins_cells import FOLDER, RUNS, cell_name
 from sweep import Trial
 
-FOLDER = CORPUS / "twins"
-RUNS = ROOT / "runs" / "twins"
 DOC = ROOT / "docs" / "twins-pilots.md"
 PILOT_SEEDS = tuple(range(3000, 3008))  # 8 per candidate cell; never a calibration or held-out seed
 TWIN_SHARE = (0.3, 0.7)  # a twin cell: this share of its pilot seeds acquire within the budget
@@ -59,13 +59,6 @@ GROKKING_CANDIDATES: tuple[Mapping[str, Any], ...] = (
     {"operation": "add", "fraction": 0.45, "weight_decay": 1.0},
     {"operation": "sub", "fraction": 0.45, "weight_decay": 1.0},
 )
-
-
-def cell_name(candidate: Mapping[str, Any]) -> str:
-    """``sort-medium-b450`` or ``grok-add-f0.45-wd1``."""
-    if "operation" in candidate:
-        return f"grok-{candidate['operation']}-f{candidate['fraction']:g}-wd{candidate['weight_decay']:g}"
-    return f"{candidate['task']}-{candidate['difficulty']}-b{candidate['max_steps']}"
 
 
 def pilot_jobs() -> list[tuple[str, Trial | FunctionTrial]]:
@@ -169,8 +162,6 @@ def page() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from study.phases import twins_registered as registered
-
     registered_phase_command("twins", __doc__, registered.PHASES, registered.FITTED, registered.run_phase,
                              registered.fit_calibration, page, argv, run_pilots=run_pilots)
 

@@ -83,7 +83,7 @@ from capgeo_callbacks.scoring.leads import rule_leads as library_rule_leads
 from capgeo_callbacks.scoring.paired import RESAMPLES, Difference, metric, paired_difference
 from capgeo_callbacks.scoring.scores import Rate, scored_run
 from study.checkout import ROOT
-from study.phases.twins import FOLDER
+from study.phases.twins_cells import family
 
 FITTED = ROOT / "study" / "twins_fitted.json"
 REGISTRATION = ROOT / "study" / "twins_registration.json"  # committed after the pilots (its draft: *_draft.json)
@@ -109,11 +109,6 @@ ADDS, NOTHING, INCONCLUSIVE = "adds", "adds nothing", "inconclusive"
 
 
 # ------------------------------------------------------------------------------------------- runs
-
-
-def family(cell: str) -> str:
-    """``grokking`` for a ``grok-...`` cell, else ``tasks`` (capgeo's tasks)."""
-    return "grokking" if str(cell).startswith("grok-") else "tasks"
 
 
 @dataclass(frozen=True)
@@ -495,20 +490,3 @@ def lead_difference(leads: Sequence[Mapping[str, Any]], first: str, second: str,
     return paired_difference([0.0] * len(acquirers), [a[run.name] for run in acquirers],
                              [b[run.name] for run in acquirers], "mean", [cell_of(run) for run in acquirers],
                              resamples, seed)
-
-
-# ------------------------------------------------------------------------------------------- the committed twins
-
-
-def load(phase: str) -> list[dict[str, Any]]:
-    """The committed summaries of ``phase`` (``calibration``, ``heldout``) under the twins' registration; none
-    while there is no registration and no run."""
-    from study.registrations.policy import load_registered
-
-    folder = FOLDER / phase
-    if REGISTRATION.exists():
-        return load_registered(folder, REGISTRATION) if folder.is_dir() else []
-    if any(folder.glob("*.json.gz")):
-        raise SystemExit(f"{folder} holds twins but {REGISTRATION.name} does not exist: no twin before the "
-                         "registration")
-    return []

@@ -10,8 +10,8 @@ words there and in :mod:`study.phases.twins_analysis` at the registration's comm
 
 - ``cells``: each ``{"cell", "family", ...}``; a ``tasks`` cell's ``argv`` (its own train.py arguments: task,
   difficulty and its budget ``--max-steps``), a ``grokking`` cell's ``config`` (operation, fraction, weight decay
-  and its budget ``max_steps``). Its name is the pilots' for those settings (:func:`~study.phases.twins.cell_name`)
-  and says its family, as the analysis reads it.
+  and its budget ``max_steps``). Its name is the pilots' for those settings
+  (:func:`~study.phases.twins_cells.cell_name`) and says its family, as the analysis reads it.
 - ``train.py``: ``argv``, the arguments every train.py twin shares; ``grokking``: ``function`` and ``fixed``, the
   training function and the configuration every grokking twin shares (its module offers ``Settings`` and
   ``capgeo_callbacks``, as the grokking example does).
@@ -50,13 +50,13 @@ from capgeo_callbacks.run.schedule import evaluation_steps
 from capgeo_callbacks.sweeps import FunctionTrial, launch
 from capgeo_callbacks.sweeps.trials import read_trial_record
 from study.checkout import ROOT, require_clean_tree
-from study.phases import twins
 from study.phases import twins_analysis as analysis
 from study.phases.corpus import trial_summary, write_packed
+from study.phases.twins_cells import FOLDER, RUNS, cell_name, family
 from study.registrations.policy import committed, load_registered, registered_before, sha256
 from sweep import Trial
 
-REGISTRATION, FITTED, FOLDER, RUNS = analysis.REGISTRATION, analysis.FITTED, twins.FOLDER, twins.RUNS
+REGISTRATION, FITTED = analysis.REGISTRATION, analysis.FITTED
 PHASES = ("calibration", "heldout")
 READS = ("cells", "train.py", "grokking", "seeds", "overhead_budget", "threads")
 MARKERS = ("TEMPLATE", "DRAFT")  # a file holding one of these keys is not a registration
@@ -142,7 +142,7 @@ def measuring(trial: Twin) -> tuple[str, int, int, str, int | None]:
         except ValueError as err:
             raise SystemExit(f"{trial.name}: train.py refuses its arguments: {err}") from None
         callbacks = train.build_measure_callbacks(args.measure_names, run_info={}, answer_len=1)
-        name = twins.cell_name({"task": args.task, "difficulty": args.difficulty, "max_steps": args.max_steps})
+        name = cell_name({"task": args.task, "difficulty": args.difficulty, "max_steps": args.max_steps})
         return name, args.max_steps, args.eval_points, args.eval_schedule, _cadence(callbacks)
     module = importlib.import_module(str(trial.function).split(":")[0])
     try:
@@ -151,7 +151,7 @@ def measuring(trial: Twin) -> tuple[str, int, int, str, int | None]:
         raise SystemExit(f"{trial.name}: {err}") from None
     callbacks = module.capgeo_callbacks(settings)
     [schedule] = [callback for callback in callbacks if isinstance(callback, EvaluationSchedule)]
-    name = twins.cell_name({key: getattr(settings, key) for key in ("operation", "fraction", "weight_decay")})
+    name = cell_name({key: getattr(settings, key) for key in ("operation", "fraction", "weight_decay")})
     return name, settings.max_steps, schedule.points, schedule.schedule, _cadence(callbacks)
 
 
@@ -163,10 +163,10 @@ def _cadence(callbacks: Sequence[Any]) -> int | None:
 def check_cell(found: Mapping[str, Any], cell: Mapping[str, Any]) -> None:
     """A cell's name is its settings' and says its family; its twins record at least :data:`MIN_DEFECT_VALUES`
     commutator defect values before the primary landmark."""
-    if cell.get("family") != analysis.family(cell["cell"]) or ("argv", "config")[cell["family"] == "grokking"] \
+    if cell.get("family") != family(cell["cell"]) or ("argv", "config")[cell["family"] == "grokking"] \
             not in cell:
         raise SystemExit(f"cell {cell['cell']}: family {cell.get('family')!r} with {sorted(cell)}, but its name says "
-                         f"{analysis.family(cell['cell'])!r} (a tasks cell has argv, a grokking cell config)")
+                         f"{family(cell['cell'])!r} (a tasks cell has argv, a grokking cell config)")
     name, budget, points, schedule, every = measuring(twin(found, cell, 0, False, PHASES[0]))
     if name != cell["cell"]:
         raise SystemExit(f"cell {cell['cell']}: its settings make the cell {name}")
@@ -219,8 +219,15 @@ def export(trial: Twin, found: Mapping[str, Any], path: Path, commit: str, folde
 
 def exported(phase: str, path: Path = REGISTRATION) -> list[dict[str, Any]]:
     """The exported twins of ``phase``, every one made under the registration after it was committed (and, held
-    out, after the frozen fit); any other refuses them all."""
-    found = load_registered(FOLDER / phase, path)
+    out, after the frozen fit); any other refuses them all. None while there is no registration, and a twin exported
+    without one is refused."""
+    folder = FOLDER / phase
+    if not path.exists():
+        if any(folder.glob("*.json.gz")):
+            raise SystemExit(f"{shown(folder)} holds twins but {shown(path)} does not exist: no twin before the "
+                             "registration")
+        return []
+    found = load_registered(folder, path)
     if phase == "heldout":
         early = [summary["name"] for summary in found if not registered_before(FITTED, summary.get("commit"))]
         if early:

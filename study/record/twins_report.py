@@ -19,6 +19,7 @@ from capgeo_callbacks.scoring.paired import RESAMPLES, Difference
 from study.checkout import ROOT
 from study.phases import twins_analysis as analysis
 from study.phases import twins_registered as registered
+from study.phases.twins_cells import family
 from study.record import page_command
 from study.record.registered import fmt, with_gap
 
@@ -41,7 +42,7 @@ def outcomes_table(calibration: Sequence[Any], heldout: Sequence[Any]) -> str:
             cell[phase][2 if run.control else 0 if run.acquisition is not None else 1] += 1
     lines = ["| cell | family | calibration: acquired, never, controls | held out: acquired, never, controls |",
              "| --- | --- | --- | --- |"]
-    lines += [f"| {cell} | {analysis.family(cell)} | {', '.join(map(str, found['calibration']))} | "
+    lines += [f"| {cell} | {family(cell)} | {', '.join(map(str, found['calibration']))} | "
               f"{', '.join(map(str, found['heldout']))} |" for cell, found in sorted(counts.items())]
     return "\n".join(lines)
 
@@ -239,12 +240,12 @@ def page() -> str:
     """The page from the committed twins, the frozen fit and the registration (where each exists)."""
     frozen = json.loads(analysis.FITTED.read_text()) if analysis.FITTED.exists() else None
     registration = json.loads(analysis.REGISTRATION.read_text()) if analysis.REGISTRATION.exists() else None
-    return twins_page(analysis.load("calibration"), analysis.load("heldout"), frozen, registration)
+    return twins_page(registered.exported("calibration"), registered.exported("heldout"), frozen, registration)
 
 
 def readme_line() -> str:
     """The README's line on the twins, from the same figures as the page."""
-    heldout = analysis.load("heldout")
+    heldout = registered.exported("heldout")
     if not heldout or not analysis.FITTED.exists() or not analysis.REGISTRATION.exists():
         return "**What the geometry adds.** Not known yet: the twins' registered test has no result ([docs/twins.md]" \
                "(docs/twins.md))."

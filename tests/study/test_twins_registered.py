@@ -140,6 +140,15 @@ def test_a_phase_refuses_an_uncommitted_registration_and_twins_made_under_anothe
         runner.run_phase("calibration", path=path)
 
 
+def test_no_twin_is_read_before_the_registration_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "FOLDER", tmp_path / "corpus")
+    missing = tmp_path / "twins_registration.json"
+    assert runner.exported("calibration", missing) == []
+    write_packed({"name": "sort-medium-b450-s3100"}, tmp_path / "corpus" / "calibration" / "x.json.gz")
+    with pytest.raises(SystemExit, match="holds twins but twins_registration.json does not exist"):
+        runner.exported("calibration", missing)
+
+
 def test_the_held_out_twins_wait_for_the_committed_fit_on_the_exported_calibration(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = filled(tmp_path)
