@@ -1,7 +1,7 @@
 r"""Twins: the registered test's analysis (issue 44; spec section 16). Does the geometry add to what the accuracy,
 the losses and the weight norm tell about which twins will acquire?
 
-    python -m study.phases.twins_analysis fit   # the calibration twins -> study/twins_fitted.json (frozen)
+    python -m study.phases.twins fit   # the calibration twins -> study/twins_fitted.json (frozen)
 
 Twins share every setting and differ only in their seed (:mod:`study.phases.twins`); a summary's ``cell`` names its
 setting, ``grok-...`` cells are the grokking family, the others capgeo's tasks. Everything here is computed from the
@@ -29,8 +29,10 @@ series whose scale is the model's (:func:`landmark_features`).
   **last** (deepest) watched layer, the last RankMe series a run records (they are recorded shallowest first), and
   the **mean** over its layers. The probe: the deepest probed layer's accuracy gain over its first measurement (an
   accuracy: no scale to remove). ILDR (``ildr/<layer>``, where a run records it): its log change since its early
-  value, last layer and mean. Every geometric feature is a log ratio, a ratio or a slope of a log: multiplying a
-  run's RankMe (or ILDR) by any constant leaves it unchanged.
+  value, last layer and mean. The commutator defect (``commutator/defect``, where a run records it, every 8th
+  evaluation): the log of its current value (the mean of its last three) over its early value, its first value at or
+  after the warm-up's end. Every geometric feature is a log ratio, a ratio or a slope of a log: multiplying a run's
+  RankMe (or ILDR, or its defect) by any constant leaves it unchanged.
 - *Missing values* (a probe not measured yet, a series a run does not record, a slope with one point): the
   feature is imputed 0 (no change) and a 0/1 indicator per group (:data:`MISSING`) says so; no row is dropped.
   The fit records how many rows each indicator flagged.
@@ -65,8 +67,6 @@ and controls that alert; the best geometric rule is named on calibration (:func:
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.keys import ILDR, PROBE_ACC, RANKME, TRAIN_LOSS, VAL_LOSS
+from capgeo_callbacks.keys import COMMUTATOR_DEFECT, ILDR, PROBE_ACC, RANKME, TRAIN_LOSS, VAL_LOSS
 from capgeo_callbacks.rules import RunView
 from capgeo_callbacks.rules.survival import WINDOW, survival_features
 from capgeo_callbacks.scoring.discrimination import MIN_GROUP, SHARES, population
@@ -83,10 +83,10 @@ from capgeo_callbacks.scoring.leads import rule_leads as library_rule_leads
 from capgeo_callbacks.scoring.paired import RESAMPLES, Difference, metric, paired_difference
 from capgeo_callbacks.scoring.scores import Rate, scored_run
 from study.checkout import ROOT
-from study.phases.twins import FOLDER
+from study.phases.twins_cells import family
 
 FITTED = ROOT / "study" / "twins_fitted.json"
-REGISTRATION = ROOT / "study" / "twins_registration.json"  # committed after the pilots (the template's draft)
+REGISTRATION = ROOT / "study" / "twins_registration.json"  # committed after the pilots (its draft: *_draft.json)
 LANDMARKS = SHARES  # 10%, 25%, 50% of the budget
 PRIMARY = 0.25
 FAMILIES = ("tasks", "grokking")
@@ -97,21 +97,18 @@ RECENT = 3  # a series' current value: the mean of its last three finite values
 SURVIVAL = ("acc", "acc_gain", "acc_slope", "loss_drop", "loss_slope", "norm_change", "norm_slope")
 BASE = ("acc", "acc_gain", "acc_slope", "val_loss_drop", "val_loss_slope", "train_loss_drop", "train_loss_slope",
         "loss_gap", "norm_change", "norm_slope")
-GEOMETRY = ("rankme_change_last", "rankme_change_mean", "rankme_drop_last", "rankme_drop_mean",
-            "rankme_slope_last", "rankme_slope_mean", "probe_gain", "ildr_change_last", "ildr_change_mean")
-MISSING = {"missing_base": BASE, "missing_rankme": GEOMETRY[:6], "missing_probe": ("probe_gain",),
-           "missing_ildr": GEOMETRY[7:]}  # indicator -> the features it flags
+RANKME_FEATURES = ("rankme_change_last", "rankme_change_mean", "rankme_drop_last", "rankme_drop_mean",
+                   "rankme_slope_last", "rankme_slope_mean")
+GEOMETRY = (*RANKME_FEATURES, "probe_gain", "ildr_change_last", "ildr_change_mean", "commutator_change")
+MISSING = {"missing_base": BASE, "missing_rankme": RANKME_FEATURES, "missing_probe": ("probe_gain",),
+           "missing_ildr": ("ildr_change_last", "ildr_change_mean"),
+           "missing_commutator": ("commutator_change",)}  # indicator -> the features it flags
 MODELS = {"base": (*BASE, "missing_base"),
-          "geometry": (*BASE, "missing_base", *GEOMETRY, "missing_rankme", "missing_probe", "missing_ildr")}
+          "geometry": (*BASE, "missing_base", *GEOMETRY, *(name for name in MISSING if name != "missing_base"))}
 ADDS, NOTHING, INCONCLUSIVE = "adds", "adds nothing", "inconclusive"
 
 
 # ------------------------------------------------------------------------------------------- runs
-
-
-def family(cell: str) -> str:
-    """``grokking`` for a ``grok-...`` cell, else ``tasks`` (capgeo's tasks)."""
-    return "grokking" if str(cell).startswith("grok-") else "tasks"
 
 
 @dataclass(frozen=True)
@@ -230,6 +227,7 @@ def landmark_features(view: RunView, budget: float) -> dict[str, float]:
     start = early_index(view)
     rankme_last, rankme_mean = _layers(view, RANKME, budget, start)
     ildr_last, ildr_mean = _layers(view, ILDR, budget, start)
+    commutator = relative(view, COMMUTATOR_DEFECT, budget, start)[0]
     probes = view.tags(PROBE_ACC)
     probe = np.array(view.values(probes[-1]) if probes else (), dtype=float)
     probe = probe[np.isfinite(probe)]
@@ -242,7 +240,7 @@ def landmark_features(view: RunView, budget: float) -> dict[str, float]:
         "rankme_drop_last": rankme_last[1], "rankme_drop_mean": rankme_mean[1],
         "rankme_slope_last": rankme_last[2], "rankme_slope_mean": rankme_mean[2],
         "probe_gain": float(probe[-1] - probe[0]) if len(probe) else math.nan,
-        "ildr_change_last": ildr_last[0], "ildr_change_mean": ildr_mean[0],
+        "ildr_change_last": ildr_last[0], "ildr_change_mean": ildr_mean[0], "commutator_change": commutator,
     }
 
 
@@ -427,8 +425,8 @@ VAL_LOSS_RULE = "val-loss-fall"  # the validation-loss rule every geometric rule
 
 def default_rules() -> list[RuleGrid]:
     """The rules the twins compare, each with its grid (:data:`~capgeo_callbacks.scoring.leads.GRIDS`): the geometric
-    ones (the study's RankMe rule, RankMe's fall from its highest value, the probe crossing, ILDR's rise) and the
-    validation-loss, accuracy and loss-onset rules."""
+    ones (the study's RankMe rule, RankMe's fall from its highest value, the probe crossing, ILDR's rise, the
+    commutator defect's rise) and the validation-loss, accuracy and loss-onset rules."""
     return list(GRIDS.values())
 
 
@@ -492,37 +490,3 @@ def lead_difference(leads: Sequence[Mapping[str, Any]], first: str, second: str,
     return paired_difference([0.0] * len(acquirers), [a[run.name] for run in acquirers],
                              [b[run.name] for run in acquirers], "mean", [cell_of(run) for run in acquirers],
                              resamples, seed)
-
-
-# ------------------------------------------------------------------------------------------- command
-
-
-def load(phase: str) -> list[dict[str, Any]]:
-    """The committed summaries of ``phase`` (``calibration``, ``heldout``) under the twins' registration; none
-    while there is no registration and no run."""
-    from study.registrations.policy import load_registered
-
-    folder = FOLDER / phase
-    if REGISTRATION.exists():
-        return load_registered(folder, REGISTRATION) if folder.is_dir() else []
-    if any(folder.glob("*.json.gz")):
-        raise SystemExit(f"{folder} holds twins but {REGISTRATION.name} does not exist: no twin before the "
-                         "registration")
-    return []
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.phases.twins_analysis", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("fit", help=f"fit both models on the calibration twins, written to {FITTED.relative_to(ROOT)}")
-    parser.parse_args(argv)
-    calibration = load("calibration")
-    if not calibration:
-        raise SystemExit("no calibration twin yet: nothing to fit")
-    FITTED.write_text(json.dumps(fit(calibration), indent=1) + "\n")
-    print(FITTED.relative_to(ROOT))
-
-
-if __name__ == "__main__":
-    main()

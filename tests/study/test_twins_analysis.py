@@ -19,17 +19,20 @@ from study.record import twins_report
 BUDGET, EVERY, WARMUP = 400, 10, 40
 
 
-def twin(cell: str, seed: int, informative: bool, control: bool = False) -> dict[str, Any]:
+def twin(cell: str, seed: int, informative: bool, control: bool = False, carrier: str = "rankme") -> dict[str, Any]:
     """A synthetic twin: it acquires (after half its budget) when ``z_loss + z_geometry > 0``; its validation and
     training losses fall at a rate set by ``z_loss``, its RankMe (two layers) at one set by ``z_geometry`` when
-    ``informative``, else by noise of its own; the accuracy, probe and weight norm say nothing early."""
+    ``informative``, else by noise of its own; the accuracy, probe and weight norm say nothing early. With
+    ``carrier="commutator"`` the commutator defect (every other evaluation) rises at the rate set by ``z_geometry``
+    and RankMe by noise."""
     rng = np.random.default_rng([seed, *map(ord, cell)])
     z_loss, z_geometry, noise = rng.normal(size=3)
     acquires = not control and z_loss + z_geometry > 0
     at = int(220 + 60 * rng.random()) // EVERY * EVERY if acquires else None
     steps = range(0, BUDGET + 1, EVERY)
     share = np.array(steps) / BUDGET
-    rate = 1.0 + 0.8 * (z_geometry if informative else noise)
+    signal = z_geometry if informative else noise
+    rate = 1.0 + 0.8 * (signal if carrier == "rankme" else noise)
     loss = 3.0 * np.exp(-(0.6 + 0.3 * z_loss) * share) * np.exp(rng.normal(0, 0.01, len(share)))
     series = {
         "acc": [[s, 0.9 if at is not None and s >= at else float(0.02 * rng.random())] for s in steps],
@@ -42,14 +45,17 @@ def twin(cell: str, seed: int, informative: bool, control: bool = False) -> dict
     for layer, scale in (("blocks.0", 7.0), ("blocks.1", 14.0)):
         values = scale * np.exp(-rate * share) * np.exp(rng.normal(0, 0.01, len(share)))
         series[f"rankme/{layer}"] = [[s, float(v)] for s, v in zip(steps, values, strict=True)]
+    if carrier == "commutator":
+        defect = 0.3 * np.exp((1.0 + 0.8 * signal) * share) * np.exp(rng.normal(0, 0.01, len(share)))
+        series["commutator/defect"] = [[s, float(v)] for s, v in list(zip(steps, defect, strict=True))[::2]]
     return {"name": f"{cell}-s{seed}{'-control' if control else ''}", "cell": cell, "seed": seed,
             "max_steps": BUDGET, "warmup_steps": WARMUP, "steps": BUDGET, "shuffled_answers": control,
             "acquisition_step": at, "series": series}
 
 
 def twins_of(informative: bool, seeds: range, cells: tuple[str, ...] = ("sort-medium-b400", "grok-add-f0.45-wd1"),
-             controls: int = 0) -> list[dict[str, Any]]:
-    return [twin(cell, seed, informative, control=seed < seeds.start + controls and controls > 0)
+             controls: int = 0, carrier: str = "rankme") -> list[dict[str, Any]]:
+    return [twin(cell, seed, informative, control=seed < seeds.start + controls and controls > 0, carrier=carrier)
             for cell in cells for seed in seeds]
 
 
@@ -68,6 +74,37 @@ def test_a_geometry_that_carries_what_the_base_does_not_adds(informative: tuple[
         assert entry["log_loss"].low > 0 and entry["auroc"].value > 0
     assert found["pooled"]["0.25"]["n"] == 80 and found["tasks"]["0.25"]["n"] == 40
     assert set(found["pooled"]["0.25"]["cells"]) == {"sort-medium-b400", "grok-add-f0.45-wd1"}
+
+
+def test_a_commutator_defect_that_carries_what_the_base_does_not_adds() -> None:
+    """RankMe is noise here and the defect's rise carries the outcome: the geometry model adds, by the defect."""
+    calibration = twins_of(True, range(0, 30), carrier="commutator")
+    heldout = twins_of(True, range(100, 140), carrier="commutator")
+    frozen = twins.fit(calibration, landmarks=(0.25,))
+    found = twins.endpoints(frozen, twins.twin_runs(heldout), margin=0.02, shares=(0.25,), resamples=2000)
+    assert found["pooled"]["0.25"]["decision"][0] == twins.ADDS, found["pooled"]["0.25"]["log_loss"]
+    model = frozen["fits"]["0.25"]["models"]["geometry"]
+    weights = dict(zip(model["features"], np.abs(model["coef"]), strict=True))
+    assert max(twins.GEOMETRY, key=weights.__getitem__) == "commutator_change"
+    assert frozen["fits"]["0.25"]["imputed"]["missing_commutator"] == 0
+
+
+def test_the_commutator_change_is_its_log_rise_since_its_early_value_and_flagged_where_missing() -> None:
+    summary = twin("sort-medium-b400", 4, True, carrier="commutator")
+    run = twins.twin_run(summary)
+    assert run is not None
+    view = run.view.prefix(16)  # steps 0-150; the defect at 0, 20, ..., 140; the warm-up ends at 40
+    defect = dict(map(tuple, summary["series"]["commutator/defect"]))
+    expected = math.log(np.mean([defect[100], defect[120], defect[140]]) / defect[40])
+    assert twins.landmark_features(view, BUDGET)["commutator_change"] == pytest.approx(expected, rel=1e-12)
+    scaled = json.loads(json.dumps(summary))
+    scaled["series"]["commutator/defect"] = [[step, 1e3 * value] for step, value in defect.items()]
+    again = twins.twin_run(scaled).view.prefix(16)  # type: ignore[union-attr]
+    assert twins.landmark_features(again, BUDGET)["commutator_change"] == pytest.approx(expected, rel=1e-9)
+    without = twins.landmark_features(twins.twin_run(twin("sort-medium-b400", 4, True)).view, BUDGET)  # type: ignore
+    row = dict(zip(twins.MODELS["geometry"], twins.vector(without, twins.MODELS["geometry"]), strict=True))
+    assert math.isnan(without["commutator_change"]) and row["missing_commutator"] == 1.0
+    assert row["commutator_change"] == 0.0 and row["missing_rankme"] == 0.0
 
 
 def test_pure_noise_geometry_adds_nothing_it_is_sure_of() -> None:
@@ -115,7 +152,7 @@ def test_geometric_features_do_not_see_a_task_scale_of_rankme() -> None:
     for share in twins.LANDMARKS:
         found = [twins.landmark_features(run.view.prefix(twins.population([run], share)[0][0][1]), BUDGET)
                  for run in twins.twin_runs([summary, scaled])]
-        for name in twins.GEOMETRY[:6]:
+        for name in twins.RANKME_FEATURES:
             assert found[0][name] == pytest.approx(found[1][name], abs=1e-12), name
 
 
@@ -176,7 +213,8 @@ def test_rules_get_an_operating_point_on_calibration_and_a_lead_held_out(
 
 def test_the_default_rules_are_the_librarys_grids() -> None:
     names = [grid.name for grid in twins.default_rules()]
-    assert twins.VAL_LOSS_RULE in names and {"study", "rankme-fall", "probe-crossing", "ildr-rise"} <= set(names)
+    assert twins.VAL_LOSS_RULE in names
+    assert {"study", "rankme-fall", "probe-crossing", "ildr-rise", "commutator-rise"} <= set(names)
     assert all(grid.make(point).name == grid.name for grid in twins.default_rules() for point in grid.points()[:1])
 
 
@@ -238,12 +276,35 @@ def test_a_runs_features_are_computed_once_per_landmark(informative: tuple[list,
 def test_the_page_says_plainly_when_there_are_no_twins() -> None:
     text = twins_report.twins_page([], [], None, None)
     assert "No twin has been run yet" in text and "no decision" in text
+    assert "the registration is not committed yet: nothing is registered" in text and "## What is" not in text
+
+
+def test_before_any_twin_the_page_says_what_is_registered() -> None:
+    registration = json.loads(twins_report.DRAFT.read_text())
+    del registration["DRAFT"]
+    registration["cells"] = [
+        {"cell": "sort-medium-b450", "family": "tasks", "argv": ["--task", "sort", "--difficulty", "medium",
+                                                                 "--max-steps", "450"]},
+        {"cell": "grok-add-f0.45-wd1", "family": "grokking", "config": {"operation": "add", "fraction": 0.45,
+                                                                        "weight_decay": 1.0, "max_steps": 2100}}]
+    text = twins_report.twins_page([], [], None, registration)
+    assert "No twin has been run yet" in text and "the registration is committed" in text
+    assert "| sort-medium-b450 | tasks | 450 | 12 + 2 | 24 + 2 |" in text
+    assert "| grok-add-f0.45-wd1 | grokking | 2100 | 12 + 2 | 24 + 2 |" in text
+    assert "Landmarks at 10%, 25%, 50% of the budget, 25% primary; the decision's margin: 0.02 nats" in text
+    assert "commutator-rise" in text and text.endswith("<!-- end generated -->")
+    drafted = twins_report.twins_page([], [], None, json.loads(twins_report.DRAFT.read_text()))
+    assert "## What is drafted (DRAFT, not registered)" in drafted and "No cell filled in yet." in drafted
 
 
 def test_the_page_holds_the_decision_per_family(informative: tuple[list, list, dict]) -> None:
     calibration, heldout, frozen = informative
-    registration = json.loads(twins_report.TEMPLATE.read_text())
+    registration = json.loads(twins_report.DRAFT.read_text())
     text = twins_report.twins_page(calibration, heldout, frozen, registration, shares=(0.25,), resamples=500,
-                                   rules=[])
+                                   rules=[RuleGrid("rankme-fall", {"fall": (0.2, 0.3, 0.5), "ignore_steps": (0, 50)},
+                                                   geometric=True)])
     assert "| tasks | 25% |" in text and "adds" in text
-    assert "TEMPLATE" in text  # judged against a template's margin: said so
+    assert "DRAFT" in text  # judged against a draft's margin: said so
+    leads = text.split("## The rules' leads at matched false alarms")[1]
+    assert "| rule | operating point (chosen on calibration) |" in leads  # the library's leads table
+    assert "| rankme-fall | fall=" in leads and "**rankme-fall**" in leads
