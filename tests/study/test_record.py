@@ -19,7 +19,7 @@ def test_every_generated_page_and_passage_is_what_the_corpus_gives(regenerated: 
     # the pages the issue names, and the README's passages
     assert {"docs/study.md", "docs/corpus.md", "docs/heldout.md", "docs/claims/claims.md", "docs/calibration/hard.md",
             "docs/calibration/cpu.md", "docs/ablation.md", "docs/forecast-selection.md", "README.md",
-            "docs/who-learns.md", "docs/grokking.md", "docs/evidence.md",
+            "docs/who-learns.md", "docs/grokking.md", "docs/evidence.md", "docs/twins.md", "docs/twins-pilots.md",
             "docs/design.md"} <= names
     diffs = summary.differences(regenerated)
     assert not diffs, "regenerate with `python -m study.record.summary`:\n" + "\n".join(diffs)[:6000]
