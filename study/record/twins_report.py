@@ -63,23 +63,60 @@ def fit_table(frozen: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _differences(result: Mapping[str, Any], margin: float | None) -> str:
+    """One model against base: its log losses, their difference and the decision; the AUROCs within cell and the
+    Brier scores of both with their differences (the columns of :func:`endpoint_table`)."""
+    loss, auroc, brier = result["log_loss"], result["auroc"], result["brier"]
+    decision = "-" if margin is None else f"**{result['decision'][0]}**: {result['decision'][1]}"
+    return (f"{fmt(loss.first, 3)}, {fmt(loss.second, 3)} | {loss} | {decision} | {fmt(auroc.second)}, "
+            f"{fmt(auroc.first)} | {auroc} | {fmt(brier.first, 3)}, {fmt(brier.second, 3)} | {brier} |")
+
+
+def _runs_cell(entry: Mapping[str, Any]) -> str:
+    positives = sum(p for p, _ in entry["cells"].values())
+    return f"{positives} vs {entry['n'] - positives}"
+
+
+COLUMNS = ("log loss: base, + {0} | difference (base - {0}) [95%] | decision | AUROC within cell: base, + {0} | "
+           "difference ({0} - base) [95%] | Brier: base, + {0} | difference (base - {0}) [95%] |")
+
+
 def endpoint_table(found: Mapping[str, Mapping[str, Mapping[str, Any]]], margin: float | None) -> str:
     """Per family (and pooled) and landmark: n, the log losses, their difference and the decision; the AUROCs
     within cell and the Brier scores of both models with their differences."""
-    lines = ["| family | landmark | runs (acquire later vs never) | log loss: base, + geometry | difference "
-             "(base - geometry) [95%] | decision | AUROC within cell: base, + geometry | difference (geometry - "
-             "base) [95%] | Brier: base, + geometry | difference (base - geometry) [95%] |",
+    lines = ["| family | landmark | runs (acquire later vs never) | " + COLUMNS.format("geometry"),
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {scope} | {float(share):.0%} | {_runs_cell(entry)} | {_differences(entry, margin)}"
+              for scope, shares in found.items() for share, entry in shares.items()]
+    return "\n".join(lines)
+
+
+def signals_table(found: Mapping[str, Mapping[str, Mapping[str, Any]]], margin: float | None) -> str:
+    """The secondary endpoints beside the primary: per family (and pooled) and landmark, base + geometry's row (the
+    primary) and each signal alone added to base, with the same columns as :func:`endpoint_table`."""
+    lines = ["| family | landmark | model | runs (acquire later vs never) | " + COLUMNS.format("model"),
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for scope, shares in found.items():
         for share, entry in shares.items():
-            positives = sum(p for p, _ in entry["cells"].values())
-            loss, auroc, brier = entry["log_loss"], entry["auroc"], entry["brier"]
-            decision = "-" if margin is None else f"**{entry['decision'][0]}**: {entry['decision'][1]}"
-            lines.append(f"| {scope} | {float(share):.0%} | {positives} vs {entry['n'] - positives} | "
-                         f"{fmt(loss.first, 3)}, {fmt(loss.second, 3)} | {loss} | {decision} | "
-                         f"{fmt(auroc.second)}, {fmt(auroc.first)} | {auroc} | "
-                         f"{fmt(brier.first, 3)}, {fmt(brier.second, 3)} | {brier} |")
+            head = f"| {scope} | {float(share):.0%} |"
+            lines.append(f"{head} `geometry` (primary) | {_runs_cell(entry)} | {_differences(entry, margin)}")
+            lines += [f"{head} `{name}` | {_runs_cell(entry)} | "
+                      f"{_differences(result, margin)}" for name, result in entry["secondary"].items()]
     return "\n".join(lines)
+
+
+def short_cells(found: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """The cells short of either kind at each landmark, with their counts (the short-cell rule), in words."""
+    named = {(share, cell): kinds for shares in found.values() for share, entry in shares.items()
+             for cell, kinds in entry["short_cells"].items()}
+    if not named:
+        return (f"Every cell holds at least {analysis.MIN_GROUP} twins of each kind at each landmark: all add pairs "
+                "to the AUROC within cell.")
+    listed = "; ".join(f"{cell} at {float(share):.0%} ({kinds[0]} acquire later, {kinds[1]} never)"
+                       for (share, cell), kinds in sorted(named.items()))
+    return (f"Cells with fewer than {analysis.MIN_GROUP} twins of a kind among those not yet acquired (the "
+            f"short-cell rule: their runs stay in the log loss and Brier, they add no pair to the AUROC within "
+            f"cell): {listed}.")
 
 
 def budget_of(cell: Mapping[str, Any]) -> int | None:
@@ -128,7 +165,9 @@ def targets_section(found: Mapping[str, Any], leads: Sequence[Mapping[str, Any]]
             lines.append(f"- {scope}: no held-out twin: inconclusive.")
             continue
         decision, auroc = entry["decision"][0], entry["auroc"]
-        if decision == analysis.INCONCLUSIVE or auroc.value is None:
+        if short := analysis.auroc_short(found, scope):
+            verdict = f"inconclusive ({short})"
+        elif decision == analysis.INCONCLUSIVE or auroc.value is None:
             verdict = "inconclusive"
         elif decision == analysis.ADDS and auroc.value >= gain:
             verdict = "met"
@@ -156,8 +195,9 @@ def targets_section(found: Mapping[str, Any], leads: Sequence[Mapping[str, Any]]
     level = targets["grokking_geometry_auroc_at_half_budget_at_least"]
     half = found.get("grokking", {}).get("0.5")
     value = None if half is None else half["auroc"].first
-    verdict = "inconclusive (no figure)" if value is None else "met" if value >= level else \
-        f"missed by {level - value:.2f}"
+    short = analysis.auroc_short(found, "grokking")
+    verdict = f"inconclusive ({short})" if short else "inconclusive (no figure)" if value is None else \
+        "met" if value >= level else f"missed by {level - value:.2f}"
     lines.append(f"- On grokking twins the base + geometry model's AUROC within cell at half the budget is at least "
                  f"{level}: {fmt(value)}: **{verdict}**.")
     return lines
@@ -211,7 +251,15 @@ def twins_page(calibration: Sequence[Mapping[str, Any]], heldout: Sequence[Mappi
               "and a non-acquirer of the same cell) and the Brier scores.", "",
               *([f"The margin's reason, as registered: {decision['margin_reason']}", ""]
                 if decision.get("margin_reason") else []),
-              endpoint_table(found, margin), ""]
+              endpoint_table(found, margin), "", short_cells(found), "",
+              "## Each geometric signal alone (secondary)", "",
+              "Each signal added alone to base (RankMe's six features, the probe's gain, ILDR's two, the commutator "
+              "defect's change, each with its missing indicator), fitted and frozen with the primary models (the "
+              "same calibration rows, folds, penalty grid and landmarks), scored on the same held-out twins with "
+              "the same resamples; the primary's row (`geometry`: base + geometry) repeated first. Each is judged "
+              "by the primary's rule, as a secondary result: none is the registered decision (inconclusive where "
+              "no twin records the signal).", "",
+              signals_table(found, margin), ""]
     parts += ["## Single series within cell", "", LEGEND + " Columns are cells (cell/family); directions of the "
               "scores without one a priori from the calibration twins at the same share.", "",
               discrimination_table(discrimination(runs, shares=shares, calibration=cal_runs)), ""]

@@ -53,6 +53,11 @@ def test_the_draft_names_what_the_runner_reads_and_is_no_registration() -> None:
     assert set(features["base"]) == {*analysis.BASE, "missing_base"}
     assert set(features["geometry"]) - {"early_value"} == {*analysis.GEOMETRY, *analysis.MISSING} - {"missing_base"}
     assert "commutator_change" in analysis.MODELS["geometry"] and "missing_commutator" in analysis.MODELS["geometry"]
+    secondary = draft["endpoints"]["secondary"]  # each signal alone, by the name the analysis gives its model
+    assert [name for name in secondary if name.startswith("base+")] == list(analysis.SIGNAL_MODELS)
+    for name, features in analysis.SIGNAL_MODELS.items():
+        assert secondary[name].split("the features ")[1].split(", ") == list(features)
+        assert name in draft["models"]["signals_alone"]
     assert "--measures" in draft["train.py"]["argv"] and draft["grokking"]["fixed"]["commutator"] is True
     assert not [word for word in draft["train.py"]["argv"] if word in ("--seed", "--overhead-budget", "--task")]
 
