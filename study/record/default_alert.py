@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from capgeo_callbacks.keys import RANKME_RECOVERY
 from capgeo_callbacks.rules import default_rules
-from capgeo_callbacks.scoring.leads import RuleLead
+from capgeo_callbacks.scoring.leads import MAX_FALSE_RATE, RuleLead
 from capgeo_callbacks.scoring.scores import Rate
 from study.record import registered as shared
 
@@ -28,7 +28,7 @@ KEPT = (RANKME_RECOVERY, "probe-crossing", "acc-trend")  # default_rules() as th
 
 
 @dataclass(frozen=True)
-class Test:
+class Phase:
     """One registered test as the decision reads it: its name, its page and its leads table."""
 
     name: str
@@ -67,7 +67,7 @@ def no_more_false_alarms(lead: RuleLead, than: RuleLead) -> bool:
             and rate(lead.heldout.controls) <= rate(than.heldout.controls))
 
 
-def beaten_by(lead: RuleLead, test: Test) -> list[RuleLead]:
+def beaten_by(lead: RuleLead, test: Phase) -> list[RuleLead]:
     """The registered warnings of ``test`` that ``lead`` does not warn earlier than at no more false alarms."""
     return [other for other in test.registered if not (earlier(lead, other) and no_more_false_alarms(lead, other))]
 
@@ -84,12 +84,12 @@ class Decision:
             alarms (None: none does).
     """
 
-    tests: Sequence[Test]
+    tests: Sequence[Phase]
     candidates: Mapping[str, Sequence[RuleLead]]
     joins: str | None
 
 
-def decide(tests: Sequence[Test]) -> Decision:
+def decide(tests: Sequence[Phase]) -> Decision:
     """The rule that joins the defaults, if any (module docstring)."""
     names = [lead.rule for lead in tests[0].leads if not shared.is_registered(lead)]
     candidates = {}
@@ -102,13 +102,19 @@ def decide(tests: Sequence[Test]) -> Decision:
     return Decision(tests, candidates, joins)
 
 
-def record_of(lead: RuleLead, runs: str = "") -> str:
-    """A row's held-out figures in words (``runs``: which test's runs, said before the first count)."""
+def record_of(lead: RuleLead, short: bool = False) -> str:
+    """A row's held-out figures in words (``short``: the counts alone, beside a full record of the same runs)."""
     held = lead.heldout
-    return (f"{held.warned.k} of {held.warned.n} {runs}{' ' if runs else ''}runs that acquire warned before "
-            f"acquisition (median lead "
-            f"{share(lead):.2f} of the time to it), {held.false_alarms.k} of {held.false_alarms.n} runs that never "
-            f"acquire and {held.controls.k} of {held.controls.n} controls alerting")
+    if short:
+        return (f"{held.warned.k} of {held.warned.n} ({share(lead):.2f}), {held.false_alarms.k} of "
+                f"{held.false_alarms.n} and {held.controls.k} of {held.controls.n}")
+    return (f"{held.warned.k} of {held.warned.n} runs that acquire before acquisition (median lead {share(lead):.2f} "
+            f"of the time to it), with {held.false_alarms.k} of {held.false_alarms.n} runs that never acquire and "
+            f"{held.controls.k} of {held.controls.n} controls alerting")
+
+
+def registered_name(lead: RuleLead) -> str:
+    return lead.rule.split(": ", 1)[1]
 
 
 def why_kept(decision: Decision) -> str:
@@ -120,15 +126,16 @@ def why_kept(decision: Decision) -> str:
             beaten = beaten_by(row, test)
             if beaten:
                 other = beaten[0]
-                parts.append(f"`{name}` ({row.setting}) has one on both; it has {record_of(row, test.name)}, "
-                             f"against {other.rule.replace('registered', 'the registered', 1)}'s {record_of(other)}")
+                parts.append(f"`{name}` ({row.setting}) is the one with a point within the cap on both; on {test.name} "
+                             f"it warns {record_of(row)}, against the registered `{registered_name(other)}`'s "
+                             f"{record_of(other, short=True)}")
                 break
     one = [(lead.rule, test.name) for test in decision.tests for lead in test.leads
            if not shared.is_registered(lead) and test.chosen(lead.rule) and lead.rule not in decision.candidates]
     if one:
         parts.append(shared.joined([f"`{rule}`" for rule, _ in one]) + " "
-                     + ("has" if len(one) == 1 else "have") + " one only on "
-                     + shared.joined(sorted({name for _, name in one})))
+                     + ("has" if len(one) == 1 else "have") + " one on "
+                     + shared.joined(sorted({name for _, name in one})) + " only")
     if not decision.candidates:
         parts.insert(0, "no rule has one operating point within the cap on the calibration runs of every test")
     return "; ".join(parts)
@@ -142,10 +149,11 @@ def sentence(decision: Decision) -> str:
         return (f"**The default alert follows the record:** `{decision.joins}` ({rows[0].setting}) joins "
                 "the default rules: at an operating point chosen on calibration runs it warns earlier than every "
                 "registered warning on the held-out runs of both registered tests, at no more false alarms ("
-                + "; ".join(record_of(row, test.name) for row, test in zip(rows, decision.tests, strict=True))
+                + "; ".join(f"{test.name}: {record_of(row)}" for row, test in zip(rows, decision.tests, strict=True))
                 + f"; every rule's lead: {links}).")
     return ("**The default alert is kept** (`" + "`, `".join(KEPT) + "`): no rule at an operating point chosen on "
-            "calibration runs (at most a fifth of the runs that never acquire and no control alerting) warns earlier "
+            f"calibration runs (at most {MAX_FALSE_RATE:.0%} of the runs that never acquire and no control alerting) "
+            "warns earlier "
             "than the registered warnings on the held-out runs of both registered tests at no more false alarms "
             f"(every rule's lead: {links}): {why_kept(decision)}.")
 
@@ -163,12 +171,12 @@ def check(decision: Decision, rules: Callable[[], Sequence[object]] = default_ru
                            "(capgeo_callbacks/rules/__init__.py)")
 
 
-def tests() -> list[Test]:
+def tests() -> list[Phase]:
     """Both registered tests, with their leads (computed once per process by each page's figures)."""
     from study.record import grokking_report, who_learns_report
 
-    return [Test("who will learn", "docs/who-learns.md", who_learns_report.figures().leads),
-            Test("grokking", "docs/grokking.md", grokking_report.figures().leads)]
+    return [Phase("who will learn", "docs/who-learns.md", who_learns_report.figures().leads),
+            Phase("grokking", "docs/grokking.md", grokking_report.figures().leads)]
 
 
 WHICH_FIRST = ("**Which alert to read first:** `probe-crossing`, a linear probe reading your targets halfway from "

@@ -387,7 +387,7 @@ def readme_line() -> str:
             f"registration): {settings['auroc'].value:.2f} [{settings['auroc'].low:.2f}, {settings['auroc'].high:.2f}]"
             f", the probability {shared.shown(settings['difference']).replace(':', ' than them:')}. "
             + shared.beaten_sentence(shared.beaten_by(f.registered, 0.5, ours), shared.beaten_by(f.strict, 0.5, ours))
-            + ".")
+            + ". Beside it, " + shared.leads_clause(f.leads, "docs/grokking.md", "grok") + ".")
 
 
 def targets_line() -> str:

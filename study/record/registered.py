@@ -337,6 +337,28 @@ def leads_section(leads: Sequence[RuleLead], calibration: Sequence[ScoredRun], v
             leads_table(leads), ""]
 
 
+def leads_clause(leads: Sequence[RuleLead], page: str, verb: str = "acquire") -> str:
+    """The README's clause on every rule's lead, linking the page's table (``page``): how many rules have an operating
+    point within the cap, the one that warns the most held-out runs, and the registered warnings beside it."""
+    measured = [lead for lead in leads if not is_registered(lead) and lead.calibration.warned.n]
+    within = [lead for lead in measured if lead.chosen]
+    best = max(within, key=lambda lead: (lead.heldout.warned.value or 0, lead.heldout.lead_share.value or 0),
+               default=None)
+
+    def record(lead: RuleLead) -> str:
+        held = lead.heldout
+        return (f"{held.warned.k} of {held.warned.n} before they do (median lead {fmt(held.lead_share.value)} of the "
+                f"time), {held.false_alarms.k} of {held.false_alarms.n} that never {verb} alerting")
+
+    registered = [f"`{lead.rule.split(': ', 1)[1]}` {record(lead)}" for lead in leads if is_registered(lead)]
+    return (f"every rule's lead at a capped false-alarm rate ([exploratory]({page}#{LEADS_ANCHOR})): {len(within)} of "
+            f"the {len(measured)} rules measured have an operating point within the cap (at most "
+            f"{MAX_FALSE_RATE:.0%} of the calibration runs that never {verb} alerting, no control) chosen on "
+            "calibration runs" + (f"; of them `{best.rule}` ({best.setting}) warns the most held-out runs that {verb}, "
+                      f"{record(best)}" if best is not None else "") + "; as registered, "
+            + "; ".join(registered))
+
+
 # ------------------------------------------------------------------------------------------- forecasts
 
 

@@ -358,7 +358,8 @@ def readme_line() -> str:
             f"[{settings['auroc'].low:.2f}, {settings['auroc'].high:.2f}], the probability "
             f"{shared.shown(settings['difference']).replace(':', ' than them:')}. "
             + shared.beaten_sentence(shared.beaten_by(f.registered, QUARTER, OURS),
-                                     shared.beaten_by(f.strict, QUARTER, OURS)) + ".")
+                                     shared.beaten_by(f.strict, QUARTER, OURS)) + ". Beside it, "
+            + shared.leads_clause(f.leads, "docs/who-learns.md") + ".")
 
 
 def targets_line() -> str:
