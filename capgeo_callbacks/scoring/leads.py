@@ -100,9 +100,9 @@ class RuleGrid:
 
 
 def describe(settings: Mapping[str, Any]) -> str:
-    """A point of a grid in words: ``fall=0.1, held=3`` (``as registered`` for a rule with no grid)."""
+    """A point of a grid in words: ``fall=0.1, held=3`` (``its one setting`` for a rule with no grid)."""
     return ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
-                     for key, value in settings.items()) or "as registered"
+                     for key, value in settings.items()) or "its one setting"
 
 
 # The registered rules' grids, each from sensitive to conservative settings so that a cap can be met (a registered
@@ -256,7 +256,7 @@ class RuleLead:
         if self.chosen:
             return describe(self.settings)
         if self.points == 1 and not self.settings:
-            return "as registered: not within the cap on the calibration runs"
+            return "its one setting: not within the cap on the calibration runs"
         return f"none of {self.points} within the cap; at its default ({describe(self.settings)})"
 
 

@@ -118,18 +118,19 @@ def registered_name(lead: RuleLead) -> str:
 
 
 def why_kept(decision: Decision) -> str:
-    """Why no rule joins: each candidate's first registered warning it does not beat, with both records; the rules
-    with a point within the cap on one test only."""
+    """Why no rule joins: per candidate and test, the first registered warning it does not beat, with both records;
+    the rules with a point within the cap on one test only."""
     parts = []
     for name, rows in decision.candidates.items():
+        said = []
         for row, test in zip(rows, decision.tests, strict=True):
             beaten = beaten_by(row, test)
             if beaten:
                 other = beaten[0]
-                parts.append(f"`{name}` ({row.setting}) is the one with a point within the cap on both; on {test.name} "
-                             f"it warns {record_of(row)}, against the registered `{registered_name(other)}`'s "
-                             f"{record_of(other, short=True)}")
-                break
+                role = other.rule.split(": ", 1)[0]
+                said.append(f"on {test.name} it warns {record_of(row, short=bool(said))}, against the {role} "
+                            f"`{registered_name(other)}`'s {record_of(other, short=True)}")
+        parts.append(f"`{name}` ({rows[0].setting}) has one on both: " + "; ".join(said))
     one = [(lead.rule, test.name) for test in decision.tests for lead in test.leads
            if not shared.is_registered(lead) and test.chosen(lead.rule) and lead.rule not in decision.candidates]
     if one:

@@ -320,8 +320,11 @@ def leads_section(leads: Sequence[RuleLead], calibration: Sequence[ScoredRun], v
     return [f"## {LEADS_TITLE}", "",
             "How early each rule warns, and how often it rings on runs that never "
             f"{verb[0]}, once its settings are chosen on the calibration runs alone. Not registered: added after the "
-            "registration, so exploratory. The registered warnings come first, exactly as registered ("
-            + joined([f"`{name}`" for name in registered]) + "), each one point; then every rule of the library with "
+            "registration, so exploratory. "
+            + (f"The registered warning comes first, exactly as registered (`{registered[0]}`, one point)"
+               if len(registered) == 1 else "The registered warnings come first, exactly as registered ("
+               + joined([f"`{name}`" for name in registered]) + ", each one point)")
+            + "; then every rule of the library with "
             "a small grid of its settings (`capgeo_callbacks.scoring.leads.GRIDS`), its operating point chosen on the "
             f"{len(calibration)} calibration runs ({acquirers} that {verb[0]}, {never} that never do, {controls} "
             f"controls): the point that warns the most calibration runs before their {verb[1]}, while at most "
@@ -345,17 +348,24 @@ def leads_clause(leads: Sequence[RuleLead], page: str, verb: str = "acquire") ->
     best = max(within, key=lambda lead: (lead.heldout.warned.value or 0, lead.heldout.lead_share.value or 0),
                default=None)
 
-    def record(lead: RuleLead) -> str:
+    def record(lead: RuleLead, short: bool = False) -> str:
         held = lead.heldout
-        return (f"{held.warned.k} of {held.warned.n} before they do (median lead {fmt(held.lead_share.value)} of the "
-                f"time), {held.false_alarms.k} of {held.false_alarms.n} that never {verb} alerting")
+        if short:
+            lead_share = "none warned" if held.lead_share.value is None else f"{held.lead_share.value:.2f}"
+            return (f"{held.warned.k} of {held.warned.n} ({lead_share}), {held.false_alarms.k} of "
+                    f"{held.false_alarms.n}")
+        return (f"{held.warned.k} of {held.warned.n} runs that {verb} before they do (median lead "
+                f"{fmt(held.lead_share.value)} of the time), with {held.false_alarms.k} of {held.false_alarms.n} that "
+                f"never {verb} alerting")
 
-    registered = [f"`{lead.rule.split(': ', 1)[1]}` {record(lead)}" for lead in leads if is_registered(lead)]
+    registered = [f"the {role} `{name}`: {record(lead, short=True)}" for lead in leads if is_registered(lead)
+                  for role, name in [lead.rule.split(": ", 1)]]
     return (f"every rule's lead at a capped false-alarm rate ([exploratory]({page}#{LEADS_ANCHOR})): {len(within)} of "
-            f"the {len(measured)} rules measured have an operating point within the cap (at most "
-            f"{MAX_FALSE_RATE:.0%} of the calibration runs that never {verb} alerting, no control) chosen on "
-            "calibration runs" + (f"; of them `{best.rule}` ({best.setting}) warns the most held-out runs that {verb}, "
-                      f"{record(best)}" if best is not None else "") + "; as registered, "
+            f"the {len(measured)} rules measured {'has' if len(within) == 1 else 'have'} an operating point chosen on "
+            f"calibration runs within the cap (at most {MAX_FALSE_RATE:.0%} of those that never {verb} alerting, no "
+            "control)" + ("" if best is None else f"; it is `{best.rule}` ({best.setting}): held out, it warns "
+                          if len(within) == 1 else f"; of them, `{best.rule}` ({best.setting}) warns the most: held "
+                          "out, ") + ("" if best is None else record(best)) + "; "
             + "; ".join(registered))
 
 

@@ -98,7 +98,7 @@ def test_the_reference_states_the_operating_point_defaults() -> None:
     from capgeo_callbacks.scoring.operating import CONSECUTIVE, THRESHOLDS
 
     text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "reference.md").read_text().split())
-    steps = [round(b - a, 2) for a, b in zip(THRESHOLDS, THRESHOLDS[1:])]
+    steps = [round(b - a, 2) for a, b in zip(THRESHOLDS, THRESHOLDS[1:], strict=False)]
     even = steps.index(next(step for step in steps if step != steps[0]))  # where the even steps end
     said = (f"{THRESHOLDS[0]:.2f}, {THRESHOLDS[1]:.2f}, ..., "
             + ", ".join(f"{value:.2f}" for value in THRESHOLDS[even:]) + " (`THRESHOLDS`)")

@@ -63,6 +63,7 @@ def test_no_rule_joins_where_one_test_says_otherwise_and_the_defaults_are_kept(s
 def test_the_reason_names_the_rule_and_the_registered_warning_it_does_not_beat() -> None:
     tests = [Phase("one", "docs/one.md", [REGISTERED, FEWER]), Phase("two", "docs/two.md", [REGISTERED, FEWER])]
     said = default_alert.why_kept(decide(tests))
-    assert said.startswith("`acc-onset` (fall=0.3) is the one with a point within the cap on both; on one it warns 2 "
-                           "of 4 runs that acquire before acquisition (median lead 0.90")
-    assert "against the registered `probe-crossing`'s 4 of 4 (0.50), 3 of 5 and 0 of 2" in said
+    assert said.startswith("`acc-onset` (fall=0.3) has one on both: on one it warns 2 of 4 runs that acquire before "
+                           "acquisition (median lead 0.90")
+    assert "against the registered `probe-crossing`'s 4 of 4 (0.50), 3 of 5 and 0 of 2; on two it warns 2 of 4 " \
+        "(0.90), 0 of 5 and 0 of 2, against" in said
