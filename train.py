@@ -43,7 +43,7 @@ from capgeo_callbacks.registry import (
     measure_specs,
     measure_transitions,
 )
-from capgeo_callbacks.rules import Rule, StudyRule
+from capgeo_callbacks.rules import RankMeRecoveryRule, Rule
 from capgeo_callbacks.run.reading import newest_version, overhead_line, version_number
 from capgeo_callbacks.run.schedule import linear_interval
 from capgeo_callbacks.run.summary import json_safe
@@ -109,7 +109,7 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
         SETTINGS.replace(measure_transitions=transitions)
     # always: it records every scalar and writes the summary, with or without measures
     callbacks.append(PrecursorDetector(monitor="val/acc", run_info=run_info, settings=settings,
-                                       rules=[StudyRule(settings), *rules],
+                                       rules=[RankMeRecoveryRule(settings), *rules],
                                        overhead_budget=run_info.get("overhead_budget"), **DETECTOR_OPTIONS))
     return callbacks
 

@@ -31,7 +31,7 @@ REGISTRATION = ROOT / "study" / "registration.json"
 
 
 def registered_rules(path: str | Path = REGISTRATION) -> tuple[list[Rule], dict[str, Any] | None]:
-    """The rules a registration file freezes (run beside the study's rule) and what the summary records of it (its
+    """The rules a registration file freezes (run beside rankme-recovery) and what the summary records of it (its
     path relative to the checkout, sha256 and rules' names); none for ``none`` or the default file not made yet."""
     if str(path) == "none" or (Path(path) == REGISTRATION and not REGISTRATION.exists()):
         return [], None
@@ -81,8 +81,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "records the parameters used")
     parser.add_argument("--registration", default=str(REGISTRATION), metavar="FILE",
                         help="a registration of the warning and forecaster (python -m study.registrations.forecast "
-                             "register): run them live beside the study's rule and record the file's sha256 ('none': "
-                             "the study's rule only)")
+                             "register): run them live beside rankme-recovery and record the file's sha256 ('none': "
+                             "rankme-recovery only)")
     parser.add_argument("--shuffle-answers", action="store_true",
                         help="a negative control: training answers permuted across each batch, so nothing can be "
                              "learned (validation keeps the true answers)")

@@ -4,7 +4,8 @@ of their TensorBoard logs, compared value by value with ``==``, and their alerts
     python -m benchmarks.series_parity RUN_BEFORE RUN_AFTER      # two run folders (version_N), or two summaries
 
 Prints one line per kind of record (how many series and values, how many differ) and exits 1 if any differs.
-What is expected to differ run to run (cost, commit, paths) is not compared.
+What is expected to differ run to run (cost, commit, paths) is not compared; a rule's former name (``study``) is read
+as its name now (``rankme-recovery``), as capgeo reads it, so a run made before a rename compares with one after.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from capgeo_callbacks.keys import rule_name
 from capgeo_callbacks.publish.dashboard import OVERHEAD_TAG
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
 
@@ -25,8 +27,13 @@ COMPARED_FIELDS = ("acquisition_step", "verdict", "gap", "layer_order_rho", "lab
 
 
 def summary_of(path: Path) -> dict[str, Any]:
+    """A run's summary, its rules and alerts by each rule's name now."""
     file = path / SUMMARY_FILENAME if path.is_dir() else path
-    return json.loads(file.read_text())
+    summary = json.loads(file.read_text())
+    summary["rules"] = {rule_name(name): value for name, value in (summary.get("rules") or {}).items()}
+    summary["alerts"] = [{**alert, "rule": rule_name(alert["rule"])} if "rule" in alert else alert
+                         for alert in summary.get("alerts") or []]
+    return summary
 
 
 def same(a: Any, b: Any) -> bool:

@@ -1,6 +1,6 @@
 """The ``capgeo`` command: one entry point for capgeo's tools.
 
-    capgeo score RUNS --rules probe-crossing study     # score warning rules and forecasters on a folder of runs
+    capgeo score RUNS --rules probe-crossing clock-20  # score warning rules and forecasters on a folder of runs
     capgeo score RUNS --calibration CAL                # ... and each rule's lead at a point chosen on CAL
     capgeo offline CHECKPOINTS...                      # RankMe and detection over saved checkpoints
     capgeo dashboard RUN OUT                           # screenshots of a run's TensorBoard dashboard

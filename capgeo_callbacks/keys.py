@@ -4,7 +4,9 @@ A run's record holds the monitored accuracy as ``acc`` and every other series un
 the validation scalars a module logs (``val/...``), the training loss and learning rate, and one series per layer
 under a measure's prefix (``rankme/<layer>``, ``ildr/<layer>``, ``probe_acc/<layer>``) or, for a measure of the whole
 model, its own name (``commutator/defect``). Rules name what they read with these keys
-(:class:`~capgeo_callbacks.rules.Needs`); :data:`HOW_TO_RECORD` says how a missing one is recorded.
+(:class:`~capgeo_callbacks.rules.Needs`); :data:`HOW_TO_RECORD` says how a missing one is recorded. A rule's name is
+recorded with each of its alerts and in the summary; a name since changed is read as the current one
+(:func:`rule_name`), so older summaries, checkpoints and registrations read as they did.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ __all__ = [
     "PROBABILITY",
     "PROBE_ACC",
     "RANKME",
+    "RANKME_RECOVERY",
+    "RENAMED_RULES",
     "TOKEN_ACC",
     "TRAIN_LOSS",
     "VAL_ACC",
@@ -34,6 +38,7 @@ __all__ = [
     "how_to_record",
     "key_words",
     "layer_names",
+    "rule_name",
 ]
 
 ACC = "acc"  # the monitored accuracy, whatever name it was logged under
@@ -50,6 +55,8 @@ WEIGHT_NORM = "weight_norm/"  # L2 norm of the parameters: weight_norm/global an
 COMMUTATOR_DEFECT = "commutator/defect"  # the commutator defect of the loss on fixed pairs of training batches
 FORECAST = "forecast/"  # each forecaster's predicted acquisition step: forecast/<rule>
 PROBABILITY = "probability/"  # a forecaster's probability of acquisition within the budget: probability/<rule>
+RANKME_RECOVERY = "rankme-recovery"  # the rule of a layer's RankMe collapse and recovery (rules.RankMeRecoveryRule)
+RENAMED_RULES = {"study": RANKME_RECOVERY}  # a rule's former name -> its name now
 
 HOW_TO_RECORD = {
     RANKME: "attach RankMeMonitor(layers=...) to the Trainer",
@@ -87,6 +94,12 @@ def how_to_record(key: str) -> str:
 def key_words(key: str) -> str:
     """A needed key in words: ``'val/logprob' or 'val/loss'`` for the alternatives ``val/logprob|val/loss``."""
     return " or ".join(repr(part) for part in key.split("|"))
+
+
+def rule_name(name: str) -> str:
+    """A rule's name now, from the name a summary, checkpoint or registration may have recorded before it changed
+    (:data:`RENAMED_RULES`); any other name as it is."""
+    return RENAMED_RULES.get(name, name)
 
 
 def by_layer(series: Mapping[str, Value], prefix: str = RANKME) -> dict[str, Value]:

@@ -9,7 +9,7 @@ the model shifts them). The same model is trained inside a LightningModule (capg
 
 What it shows, in both (seed 0; tests/examples/test_hugging_face_gpt2.py asserts each): accuracy near chance
 (1/16) for the first 50 steps, then acquired (>= 0.5 held; step 78) and learned (>= 0.9); RankMe of every block at
-every evaluation, the study rule's alert before acquisition (RankMe collapses and recovers; step 33); a linear
+every evaluation, the rankme-recovery alert before acquisition (RankMe collapses and recovers; step 33); a linear
 probe of the final norm read off the ``labels`` (the label of position t being ``labels[t + 1]``: 0.16 at step 0,
 1.00 at the end; it crosses halfway at step 72 under ``transformers.Trainer``, before acquisition, and 82 under
 Lightning, after); and a

@@ -7,7 +7,7 @@ vector to every token.
 
 What it shows (seed 0; tests/examples/test_lightning_demo_transformer.py asserts each): accuracy near chance
 (1/7) for the first 90-odd steps, then acquired (>= 0.5 held; step 152) and reaching 0.9 within 400 steps; RankMe
-of every encoder and decoder layer (mean over positions) at every evaluation, and the study rule's alert before
+of every encoder and decoder layer (mean over positions) at every evaluation, and the rankme-recovery alert before
 acquisition (the decoder layers' RankMe collapses and recovers; step 59); a linear probe of the decoder's final
 norm on the (B,) answers, found without configuration (0.04 at step 0, 0.75 at the end, fit and scored on
 different multisets of digits); ``acc-trend``'s first forecast at step 105: step 132 [118, 214], which holds 152.

@@ -8,7 +8,7 @@ written for capgeo.
 What it shows (seed 0; tests/examples/test_own_model.py asserts each): accuracy at chance (1/23) for 150-odd
 steps, then acquired (>= 0.5 held; step 273) and learned (>= 0.9); RankMe of every layer at every evaluation; a
 linear probe on ``model.norm`` with labels read off the tuple batches (0.00 at step 0, 0.91 at the end); every
-rule fed (the study rule sees no collapse here, and the probe-crossing warning comes at step 335, after
+rule fed (rankme-recovery sees no collapse here, and the probe-crossing warning comes at step 335, after
 acquisition: the probe reads what the head reads); ``acc-trend``'s forecast once accuracy leaves chance, first at
 step 179: step 294 [236, 647], which holds 273; ``capgeo_summary.json``; the progress bar ``step k/600`` with
 accuracy, RankMe and the forecast. Run: ``python -m examples.own_model`` (a minute on one CPU thread).

@@ -8,7 +8,7 @@ What it shows (seed 0; tests/examples/test_vision_encoder.py asserts each): top-
 60-odd steps, then acquired (>= 0.5 held; step 92) and learned (>= 0.9); RankMe of the pooled features (mean over
 patches) of every block and of the final norm at every evaluation; a linear probe of the pooled final norm on the
 class, found without configuration (0.29 at step 0, 1.00 at the end), whose crossing warns at step 68 with top-1
-still at chance; the study rule's alert at step 72 (RankMe collapses and recovers). No forecast before 75% of the
+still at chance; the rankme-recovery alert at step 72 (RankMe collapses and recovers). No forecast before 75% of the
 time to acquisition: top-1 and ``val/loss`` stay flat until step 78, and ``acc-trend`` forecasts from step 85 (the
 test says so as a strict xfail).
 Every evaluation is measured (``overhead_budget="measure"``: timed, nothing thinned): a model this small trains in

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from capgeo_callbacks.detection.events import detect_acquisition, detect_collapse
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings
+from capgeo_callbacks.keys import RANKME_RECOVERY, rule_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,7 +58,7 @@ class CollapseAlert(Alert):
         layers: for the run alert, every layer that had alerted when it was raised.
     """
 
-    rule: str = "study"
+    rule: str = RANKME_RECOVERY
     collapse_step: int
     floor: float
     recovery_step: int
@@ -83,12 +84,15 @@ class CollapseAlert(Alert):
 
 def alert_from_record(record: Mapping[str, Any]) -> Alert:
     """The alert a record (``dataclasses.asdict`` of one, as a checkpoint or a summary holds it) describes: a
-    :class:`CollapseAlert` where it has the collapse fields, else an :class:`Alert`."""
+    :class:`CollapseAlert` where it has the collapse fields, else an :class:`Alert`; its rule by the rule's name now
+    (:func:`~capgeo_callbacks.keys.rule_name`: a resumed rule finds the alerts it raised under a former name)."""
     geometry = record.get("collapse_step") is not None
     cls = CollapseAlert if geometry else Alert
     known = {item.name for item in fields(cls)}
     values = {key: tuple(value) if key == "layers" else value for key, value in record.items() if key in known}
-    return cls(**{"rule": "study", **values} if geometry else values)
+    if "rule" in values:
+        values["rule"] = rule_name(str(values["rule"]))
+    return cls(**values)
 
 
 def scan_alerts(
@@ -97,7 +101,7 @@ def scan_alerts(
     rankme: Mapping[str, Sequence[float]],
     settings: DetectionSettings = DEFAULT_SETTINGS,
     raised: Sequence[CollapseAlert] = (),
-    rule: str = "study",
+    rule: str = RANKME_RECOVERY,
 ) -> list[CollapseAlert]:
     """The alerts raised at the last of ``steps``, given the alerts ``raised`` before.
 

@@ -72,8 +72,8 @@ class DetectionSettings:
         layers_required: layers that must have alerted before the run alert is raised (at most the layers
             that may alert), >= 1.
 
-    The defaults of the last five are the study's rule (docs/design.md, "Detection"); other rules are
-    adopted only where held-out seeds say they are better (README, "What the warning is worth").
+    The defaults of the last five are those of the arXiv 2602.15997 study's rule, ``rankme-recovery``
+    (docs/design.md, "Detection"); other rules are adopted only where held-out seeds say they are better.
 
     Raises:
         ValueError: on any value outside its range; the message names the setting and the range.

@@ -40,7 +40,8 @@ from capgeo_callbacks.offline.revisions import (
     load_checkpoint,
     weights_sha256,
 )
-from capgeo_callbacks.rules.geometry import StudyRule
+from capgeo_callbacks.rules.base import RENAMED_CLASSES
+from capgeo_callbacks.rules.geometry import RankMeRecoveryRule
 from capgeo_callbacks.run.failures import WarnOnce
 from capgeo_callbacks.run.session import Measurements, RunSession
 from capgeo_callbacks.run.summary import OFFLINE_SUMMARY_FILENAME, json_safe
@@ -49,7 +50,7 @@ __all__ = ["DEFAULT_NUM_ROWS", "analyze"]
 
 log = logging.getLogger("capgeo.analyze")
 DEFAULT_NUM_ROWS = 2048
-STUDY_RULE = f"{StudyRule.__module__}.{StudyRule.__qualname__}"
+RANKME_RECOVERY_RULE = f"{RankMeRecoveryRule.__module__}.{RankMeRecoveryRule.__qualname__}"
 
 MeasureFn = Callable[[Revision, Any, int], tuple[Measured, list[str]]]
 """``measure(revision, hf_model_or_None, evaluation) -> (measurements, layer labels)``."""
@@ -116,8 +117,8 @@ def analyze(
         drop_duplicates: leave out revisions whose weights equal an earlier revision's (default: keep them,
             with a warning, reusing the earlier values).
         allow_pickle: unpickle checkpoints fully (``weights_only=False``); only for files you trust.
-        settings: detection settings (default: those the live run records, else the defaults); the study's rule
-            uses them too.
+        settings: detection settings (default: those the live run records, else the defaults);
+            ``rankme-recovery`` uses them too.
         output: where the summary is written (None: not written).
 
     Returns:
@@ -230,15 +231,17 @@ def _hf_revision(model: Any, probe: ProbeSet, layers: Sequence[str] | None, sele
 
 def _session(record: RecordedSetup, kind: str, monitor: str | None, settings: DetectionSettings | None,
              probe: ProbeSet, warn: WarnOnce) -> RunSession:
-    """The live run's session as its checkpoint kept it (with ``settings``, if given, for the detection and the
-    study's rule), or, for a run that kept none, one with the study's rule on the recorded or default settings."""
+    """The live run's session as its checkpoint kept it (with ``settings``, if given, for the detection and
+    ``rankme-recovery``), or, for a run that kept none, one with ``rankme-recovery`` on the recorded or default
+    settings."""
     keys = {"monitor": monitor} if monitor else {}
     if record.session is not None:
         state = dict(record.session)
         if settings is not None:
             state["settings"] = settings.to_dict()
             state["rules"] = [{**rule, "settings": {**rule["settings"], "detection": settings.to_dict()}}
-                              if rule.get("class") == STUDY_RULE else rule for rule in state.get("rules", [])]
+                              if RENAMED_CLASSES.get(rule.get("class"), rule.get("class")) == RANKME_RECOVERY_RULE
+                              else rule for rule in state.get("rules", [])]
         return RunSession.from_state(state, warn=warn, **keys)
     chosen = settings or record.settings or DetectionSettings()
     return RunSession(settings=chosen, run_info=_run_info(record, probe, warn), monitor=monitor or VAL_ACC,

@@ -119,7 +119,7 @@ def draw_run(axis: Any, summary: Mapping[str, Any], *, markers: bool, linewidth:
     styles = ("-.", ":", (0, (5, 1, 1, 1, 1, 1)))
     colours = ("darkorange", "tab:blue", "tab:purple")
     for i, (rule, step) in enumerate(first.items()):
-        label = f"precursor alert (step {step})" if rule == "study" else f"{rule} warning (step {step})"
+        label = f"{rule} alert (step {step})"
         handles.append(axis.axvline(step, color=colours[i % 3], linestyle=styles[i % 3], linewidth=1.4,
                                     label=label))
     if markers and any(((summary.get("layers") or {}).get(n) or {}).get("collapse_step") is not None for n in names):

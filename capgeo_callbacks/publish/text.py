@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from capgeo_callbacks.keys import RANKME_RECOVERY, rule_name
+
 __all__ = ["first_warnings", "markdown_row", "rules_table", "verdict_table"]
 
 
@@ -36,23 +38,25 @@ def first_warnings(summary: Mapping[str, Any]) -> dict[str, int]:
     first: dict[str, int] = {}
     for alert in summary.get("alerts") or []:
         if alert.get("kind") == "run":
-            first.setdefault(alert.get("rule") or "study", int(alert["step"]))
+            first.setdefault(rule_name(alert.get("rule") or RANKME_RECOVERY), int(alert["step"]))
     return first
 
 
 def rules_table(summary: Mapping[str, Any]) -> str:
     """Each rule the run ran: its first run-level alert (and its lead over the acquisition step) and, for a
     forecaster, its last forecast of the acquisition step made before it (after it, a forecast is the step
-    itself), with the interval; plain text."""
+    itself), with the interval; plain text. Each rule by its name now (a former name, in an older summary, read as
+    the rule's name now)."""
     acquisition = summary.get("acquisition_step")
     first = first_warnings(summary)
     forecasts = summary.get("forecasts", {}) or {}
     header = ("rule", "first warning", "lead", "last forecast before acquisition [interval]")
     rows = []
-    for name in summary.get("rules", {}) or {}:
+    for recorded in summary.get("rules", {}) or {}:
+        name = rule_name(recorded)
         step = first.get(name)
         lead = "-" if step is None or acquisition is None else str(int(acquisition) - step)
-        made = [f for f in forecasts.get(name) or [] if acquisition is None or f["step"] < acquisition]
+        made = [f for f in forecasts.get(recorded) or [] if acquisition is None or f["step"] < acquisition]
         last = made[-1] if made else None
         if last is None:
             forecast = "-"

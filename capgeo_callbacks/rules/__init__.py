@@ -2,22 +2,26 @@
 
 ``RULES`` maps each name to a factory; :func:`register_rule` adds a user's own, so the scorer's command line
 and the callbacks' ``rules=`` argument can name it. Every registered rule passes one conformance test
-(tests/rules/test_conformance.py).
+(tests/rules/test_conformance.py). A former name (``"study"``, ``StudyRule``: now ``"rankme-recovery"``,
+:class:`RankMeRecoveryRule`) still works, with a ``DeprecationWarning`` (:mod:`capgeo_callbacks.rules.base`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.keys import RANKME, VAL_LOSS
+from capgeo_callbacks.keys import RANKME, RANKME_RECOVERY, RENAMED_RULES, VAL_LOSS
 from capgeo_callbacks.rules.base import (
     Forecast,
     Needs,
     Rule,
     RuleOutput,
     RunView,
+    deprecated_name,
+    renamed_class,
     replay,
     rule_from_record,
     rule_output,
@@ -38,7 +42,7 @@ from capgeo_callbacks.rules.forecasters import (
     RidgeForecaster,
     ThresholdForecaster,
 )
-from capgeo_callbacks.rules.geometry import CommutatorRiseRule, GeometryRule, ILDRRiseRule, StudyRule
+from capgeo_callbacks.rules.geometry import CommutatorRiseRule, GeometryRule, ILDRRiseRule, RankMeRecoveryRule
 from capgeo_callbacks.rules.registration import rules_from_registration
 from capgeo_callbacks.rules.stopping import StoppingPolicy
 from capgeo_callbacks.rules.survival import SurvivalForecaster
@@ -62,12 +66,12 @@ __all__ = [
     "LossOnsetRule",
     "Needs",
     "ProbeCrossingRule",
+    "RankMeRecoveryRule",
     "RidgeForecaster",
     "Rule",
     "RuleOutput",
     "RunView",
     "StoppingPolicy",
-    "StudyRule",
     "SurvivalForecaster",
     "ThresholdForecaster",
     "TrendForecaster",
@@ -83,7 +87,7 @@ __all__ = [
 ]
 
 RULES: dict[str, Callable[[], Rule]] = {
-    "study": StudyRule,
+    RANKME_RECOVERY: RankMeRecoveryRule,  # a layer's RankMe collapsed 25% and recovered 10% (formerly "study")
     "geometry-guarded": GeometryRule,
     "ildr-rise": ILDRRiseRule,  # ILDR at 2.5 x its early baseline (arXiv 2604.20923); the multiple is an argument
     # the commutator defect at 2 x its early baseline (arXiv 2602.16967); the multiple is an argument
@@ -117,14 +121,16 @@ RULES: dict[str, Callable[[], Rule]] = {
 
 
 def default_rules(settings: DetectionSettings | None = None, rankme_prefix: str = RANKME) -> list[Rule]:
-    """The rules capgeo recommends on any run: the study's rule (for its alerts and verdict), the warning the project
-    chose on its calibration seeds and froze before testing it on held-out seeds (``study/registration.json``;
-    docs/heldout.md: a linear probe reading its labels halfway from chance), and the forecaster that needs nothing but
-    the monitored accuracy (``acc-trend``, chosen on capgeo's calibration runs and the examples' runs:
-    docs/user-forecast.md). They need RankMe, probe and accuracy series; a run without one leaves that rule out and
-    says so once. capgeo's own runs, which record their chance level, run the registered forecaster too
-    (``train.py``). ``rankme_prefix``: the tag prefix of the RankMe series the study's rule reads."""
-    return [StudyRule(settings, rankme_prefix), ProbeCrossingRule(), TrendForecaster()]
+    """The rules capgeo runs when none are given: ``rankme-recovery`` (a layer's RankMe dipped and recovered: its alerts
+    and the run's verdict; such a dip comes early in nearly every run, so it says training has started), the warning
+    chosen on calibration runs and tested as registered on runs it was not chosen on (``probe-crossing``: a linear
+    probe reading the targets halfway from chance; docs/heldout.md), and the forecaster that needs nothing but the
+    monitored accuracy (``acc-trend``, chosen on calibration runs: docs/user-forecast.md). A rule joins them only where
+    the record shows it warns earlier than these, at no more false alarms, on the held-out runs of both registered
+    tests (docs/who-learns.md, docs/grokking.md: "Every rule's lead at a capped false-alarm rate"). They need RankMe,
+    probe and accuracy series; a run without one leaves that rule out and says so once. ``rankme_prefix``: the tag
+    prefix of the RankMe series ``rankme-recovery`` reads."""
+    return [RankMeRecoveryRule(settings, rankme_prefix), ProbeCrossingRule(), TrendForecaster()]
 
 
 def register_rule(name: str, factory: Callable[[], Rule]) -> None:
@@ -135,7 +141,16 @@ def register_rule(name: str, factory: Callable[[], Rule]) -> None:
 
 
 def make_rule(name: str) -> Rule:
-    """A fresh rule by name; an unknown name is an error that lists the known ones."""
+    """A fresh rule by name; a former name (:data:`~capgeo_callbacks.keys.RENAMED_RULES`) gives the rule it became,
+    with a ``DeprecationWarning``; an unknown name is an error that lists the known ones."""
+    if name in RENAMED_RULES and name not in RULES:
+        deprecated_name(name, RENAMED_RULES[name])
+        name = RENAMED_RULES[name]
     if name not in RULES:
         raise ValueError(f"unknown rule {name!r}; known rules: {', '.join(RULES)}")
     return RULES[name]()
+
+
+def __getattr__(name: str) -> Any:
+    """``StudyRule``, the former name of :class:`RankMeRecoveryRule`, with a ``DeprecationWarning``."""
+    return renamed_class(__name__, name, globals())

@@ -21,6 +21,10 @@ Writing a rule::
 
 and it is scored like every other rule: ``python -m capgeo_callbacks.scoring RUNS --rules acc-above-0.3``
 once registered (:func:`~capgeo_callbacks.rules.register_rule`).
+
+A rule renamed keeps its former names: a file (a summary, a checkpoint, a registration) that wrote one is read
+silently as the rule's name now (:data:`~capgeo_callbacks.keys.RENAMED_RULES`, :data:`RENAMED_CLASSES`); code that
+passes one gets the rule with a ``DeprecationWarning``, once (:func:`deprecated_name`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 from capgeo_callbacks.detection.alerts import Alert
@@ -38,10 +42,31 @@ from capgeo_callbacks.detection.events import detect_acquisition
 from capgeo_callbacks.detection.series import Points
 from capgeo_callbacks.detection.settings import DEFAULT_SETTINGS, DetectionSettings
 from capgeo_callbacks.detection.warmup import warmup_from_lr
-from capgeo_callbacks.keys import ACC, LOGPROB, LR, VAL_LOSS
+from capgeo_callbacks.keys import ACC, LOGPROB, LR, VAL_LOSS, rule_name
+from capgeo_callbacks.run.failures import WarnOnce, warn_at_caller
 
-__all__ = ["Forecast", "Needs", "Rule", "RuleOutput", "RunView", "replay", "rule_from_record", "rule_output",
-           "rule_record"]
+__all__ = ["RENAMED_CLASSES", "Forecast", "Needs", "Rule", "RuleOutput", "RunView", "deprecated_name", "replay",
+           "rule_from_record", "rule_output", "rule_record"]
+
+# a rule class's former path -> its path now (a registration or checkpoint records the class path)
+RENAMED_CLASSES = {"capgeo_callbacks.rules.geometry.StudyRule": "capgeo_callbacks.rules.geometry.RankMeRecoveryRule"}
+_DEPRECATED = WarnOnce(emit=partial(warn_at_caller, category=DeprecationWarning))
+
+
+def deprecated_name(former: str, now: str) -> None:
+    """Say once, as a ``DeprecationWarning`` at the user's line, that code passed a rule's ``former`` name."""
+    _DEPRECATED(former, f"{former!r} is a former name of {now!r}; use {now!r} (the former name will be removed)")
+
+
+def renamed_class(module: str, name: str, scope: Mapping[str, Any]) -> type:
+    """A module's ``__getattr__``: the class a former class name ``name`` now is (:data:`RENAMED_CLASSES`), where
+    the module holds it (``scope``), with a ``DeprecationWarning``; else the usual ``AttributeError``."""
+    for former, now in RENAMED_CLASSES.items():
+        current = now.rpartition(".")[2]
+        if former.rpartition(".")[2] == name and current in scope:
+            deprecated_name(name, current)
+            return scope[current]
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -268,12 +293,14 @@ def rule_record(rule: Rule) -> dict[str, Any]:
 
 
 def rule_from_record(record: Mapping[str, Any]) -> Rule:
-    """The rule a :func:`rule_record` (or a registration file's entry) describes.
+    """The rule a :func:`rule_record` (or a registration file's entry) describes; a former class path or name is
+    read as the rule's now, silently (module docstring).
 
     Raises:
         ValueError: if the class path does not name a rule.
     """
-    module, _, name = str(record["class"]).rpartition(".")
+    path = str(record["class"])
+    module, _, name = RENAMED_CLASSES.get(path, path).rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError) as err:
@@ -282,5 +309,5 @@ def rule_from_record(record: Mapping[str, Any]) -> Rule:
         raise ValueError(f"{record['class']!r} is not a capgeo_callbacks.rules.Rule")
     rule = cls.from_settings(record.get("settings") or {})
     if record.get("name"):
-        rule.name = str(record["name"])
+        rule.name = rule_name(str(record["name"]))
     return rule

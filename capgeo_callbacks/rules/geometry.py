@@ -1,12 +1,12 @@
 """Geometry rules: a layer's RankMe collapses and recovers while the run has not acquired, or its classes separate.
 
-``study`` is the rule of the study this project started from (arXiv 2602.15997): any watched layer, a 25% drop
-from its peak, a 10% recovery, no warm-up guard. ``geometry-guarded`` is the same with every RankMe point inside
-the learning-rate warm-up's window ignored (the study's collapse sits at the end of the warm-up on every run,
-controls included: docs/study.md) and a drop that must stand three noise units above the layer's own
-evaluation-to-evaluation noise. ``ildr-rise``: a layer's ILDR reaches a multiple of its early baseline
-(arXiv 2604.20923). ``commutator-rise``: the commutator defect of the loss reaches a multiple of its early baseline
-(arXiv 2602.16967).
+``rankme-recovery`` (:class:`RankMeRecoveryRule`; formerly ``study``, the rule of the study this project started
+from, arXiv 2602.15997): any watched layer, a 25% drop from its peak, a 10% recovery, no warm-up guard.
+``geometry-guarded`` is the same with every RankMe point inside the learning-rate warm-up's window ignored (the
+collapse sits at the end of the warm-up on every run, controls included: docs/evidence.md) and a drop that must stand
+three noise units above the layer's own evaluation-to-evaluation noise. ``ildr-rise``: a layer's ILDR reaches a
+multiple of its early baseline (arXiv 2604.20923). ``commutator-rise``: the commutator defect of the loss reaches a
+multiple of its early baseline (arXiv 2602.16967).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 from capgeo_callbacks.detection.alerts import Alert, CollapseAlert, scan_alerts
 from capgeo_callbacks.detection.settings import ALERT_LAYERS, DetectionSettings
-from capgeo_callbacks.keys import ACC, COMMUTATOR_DEFECT, ILDR, RANKME, by_layer
-from capgeo_callbacks.rules.base import Needs, Rule, RuleOutput, RunView
+from capgeo_callbacks.keys import ACC, COMMUTATOR_DEFECT, ILDR, RANKME, RANKME_RECOVERY, by_layer
+from capgeo_callbacks.rules.base import Needs, Rule, RuleOutput, RunView, renamed_class
 
-__all__ = ["CommutatorRiseRule", "GeometryRule", "ILDRRiseRule", "StudyRule"]
+__all__ = ["CommutatorRiseRule", "GeometryRule", "ILDRRiseRule", "RankMeRecoveryRule"]
 
 
 def check_rise(multiple: float, baseline_evals: int, source: str) -> None:
@@ -45,15 +45,18 @@ def risen(run: RunView, tag: str, multiple: float, baseline_evals: int) -> str |
     return None
 
 
-class StudyRule(Rule):
-    """The study's precursor rule (or any :class:`DetectionSettings` of it): alerts per layer, then for the run.
+class RankMeRecoveryRule(Rule):
+    """A layer's RankMe collapsed and recovered while the run has not acquired (docs/design.md, "Alert"): an alert per
+    layer, then for the run once ``settings.layers_required`` layers have alerted. Its alert is the ``precursor
+    alert``; such a dip comes early in nearly every run, runs that never learn included. Formerly ``StudyRule``,
+    named ``"study"``: the former names still work, with a ``DeprecationWarning``.
 
     Args:
         settings: the detection settings (acquisition threshold, collapse and recovery).
         rankme_prefix: tag prefix of the RankMe series.
     """
 
-    name = "study"
+    name = RANKME_RECOVERY
 
     def __init__(self, settings: DetectionSettings | None = None, rankme_prefix: str = RANKME) -> None:
         self.detection = settings if settings is not None else DetectionSettings()
@@ -76,14 +79,14 @@ class StudyRule(Rule):
         return {"detection": self.detection.to_dict(), "rankme_prefix": self.rankme_prefix}
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> StudyRule:
+    def from_settings(cls, settings: Mapping[str, Any]) -> RankMeRecoveryRule:
         values = dict(settings)
         values["settings"] = DetectionSettings.from_dict(values.pop("detection", {}))
         return cls(**values)
 
 
-class GeometryRule(StudyRule):
-    """The study's rule with RankMe before ``guard_warmups`` warm-ups ignored and a noise scale on the drop.
+class GeometryRule(RankMeRecoveryRule):
+    """``rankme-recovery`` with RankMe before ``guard_warmups`` warm-ups ignored and a noise scale on the drop.
 
     Args:
         settings: the detection settings (``guard_steps`` is raised to ``guard_warmups`` x the run's warm-up).
@@ -193,3 +196,8 @@ class CommutatorRiseRule(Rule):
 
     def settings(self) -> dict[str, Any]:
         return {"multiple": self.multiple, "baseline_evals": self.baseline_evals, "key": self.key}
+
+
+def __getattr__(name: str) -> Any:
+    """``StudyRule``, the former name of :class:`RankMeRecoveryRule`, with a ``DeprecationWarning``."""
+    return renamed_class(__name__, name, globals())

@@ -22,9 +22,9 @@ __all__ = ["WarnOnce", "check_callable", "check_positive_int", "never_fails", "w
 Hook = TypeVar("Hook", bound=Callable[..., Any])
 # The packages between a user's line and capgeo's hooks: a warning is attributed to the first frame outside them.
 # A thread's own machinery (threading, concurrent.futures) is skipped too: a thread started by a framework has no
-# user's line, and its warning is shown plainly.
+# user's line, and its warning is shown plainly; so is the import machinery (a former name, imported).
 FRAMEWORKS = ("capgeo_callbacks", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "torch",
-              "transformers", "accelerate", "contextlib", "functools", "threading", "concurrent")
+              "transformers", "accelerate", "contextlib", "functools", "threading", "concurrent", "importlib")
 log = logging.getLogger("capgeo")
 
 

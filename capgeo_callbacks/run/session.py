@@ -82,7 +82,7 @@ class RunSession:
     """One run's record, rules, announcements, publishing and summary (module docstring).
 
     Args:
-        rules: the rules to run (:mod:`capgeo_callbacks.rules`; default: the study's rule on ``settings``).
+        rules: the rules to run (:mod:`capgeo_callbacks.rules`; default: ``rankme-recovery`` on ``settings``).
         settings: detection settings (default ``DetectionSettings()``).
         run_info: what is known of the run before it starts (task, budget, warm-up, chance...): the summary's
             first fields and the rules' run facts.

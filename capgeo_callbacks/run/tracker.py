@@ -15,9 +15,9 @@ from typing import Any
 from capgeo_callbacks.detection.alerts import Alert, alert_from_record
 from capgeo_callbacks.detection.series import Points, as_float, as_step
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.keys import LOGPROB, TOKEN_ACC, RunKeys
+from capgeo_callbacks.keys import LOGPROB, RANKME_RECOVERY, TOKEN_ACC, RunKeys
 from capgeo_callbacks.rules.base import Forecast, Rule, RunView, rule_output
-from capgeo_callbacks.rules.geometry import StudyRule
+from capgeo_callbacks.rules.geometry import RankMeRecoveryRule
 from capgeo_callbacks.run.summary import build_summary
 from capgeo_callbacks.run.view import SessionView
 
@@ -42,8 +42,8 @@ class RunTracker:
     is left out: it emits nothing for the rest of the run, and the update names what it lacks.
 
     Args:
-        rules: the rules to run (default: the study's rule on ``settings``); names must be unique.
-        settings: detection settings (acquisition, labels, collapse; the study rule's).
+        rules: the rules to run (default: ``rankme-recovery`` on ``settings``); names must be unique.
+        settings: detection settings (acquisition, labels, collapse: ``rankme-recovery``'s).
         run_info: what is known of the run before it starts (task, budget, warm-up, chance...): stored at the top
             of the summary and shown to the rules as run facts.
         keys: the names of what the run records (:class:`~capgeo_callbacks.keys.RunKeys`: the accuracy's logged name,
@@ -52,7 +52,7 @@ class RunTracker:
 
     Example::
 
-        tracker = RunTracker(rules=[StudyRule(), LossOnsetRule()])
+        tracker = RunTracker(rules=[RankMeRecoveryRule(), LossOnsetRule()])
         for step, acc, scalars, measured in evaluations:
             update = tracker.update(step, acc, scalars, measured)
             for alert in update.alerts:
@@ -68,7 +68,7 @@ class RunTracker:
             raise ValueError(f"run_info must be a mapping of summary fields, got {type(run_info).__name__}")
         self.settings = settings if settings is not None else DetectionSettings()
         self.keys = keys if keys is not None else RunKeys()
-        self.rules = list(rules) if rules is not None else [StudyRule(self.settings, self.keys.rankme_prefix)]
+        self.rules = list(rules) if rules is not None else [RankMeRecoveryRule(self.settings, self.keys.rankme_prefix)]
         bad = [rule for rule in self.rules if not isinstance(rule, Rule)]
         if bad:
             raise ValueError(f"rules must be capgeo_callbacks.rules.Rule objects, got {bad!r}")
@@ -191,7 +191,7 @@ def forecast_from_record(rule: str, record: Mapping[str, Any]) -> Forecast:
 def record_of(state: Mapping[str, Any], logprob_key: str | None = LOGPROB) -> dict[str, Any]:
     """The tracker's record in a checkpointed state: under ``record``, or in the two earlier layouts (a ``tracker``
     with parallel ``steps`` and ``acc`` lists and the log-prob as ``logprob_series``; or ``acc``, ``scalars`` or
-    ``logprob`` and ``alerts`` at the top level), whose alerts are the study rule's."""
+    ``logprob`` and ``alerts`` at the top level), whose alerts are ``rankme-recovery``'s."""
     if "record" in state:
         return dict(state["record"])
     older = state.get("tracker", {})
@@ -201,5 +201,5 @@ def record_of(state: Mapping[str, Any], logprob_key: str | None = LOGPROB) -> di
     logprob = state.get("logprob_series", state.get("logprob", []))
     if logprob and logprob_key and logprob_key not in scalars:
         scalars[logprob_key] = logprob
-    alerts = [{**alert, "rule": alert.get("rule", "study")} for alert in state.get("alerts", [])]
+    alerts = [{**alert, "rule": alert.get("rule", RANKME_RECOVERY)} for alert in state.get("alerts", [])]
     return {"acc": acc, "scalars": scalars, "alerts": alerts}

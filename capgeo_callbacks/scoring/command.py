@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import capgeo_callbacks.scoring.scores as scores
+from capgeo_callbacks.keys import RANKME_RECOVERY
 from capgeo_callbacks.rules import make_rule
 from capgeo_callbacks.scoring.discrimination import LEGEND, SHARES, discrimination, discrimination_table
 from capgeo_callbacks.scoring.leads import (
@@ -36,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, nargs="+", help="folders of runs (run folders or *.json.gz summaries); "
                         "a run found twice (the same settings, seed and series) counts once")
-    parser.add_argument("--rules", nargs="+", default=["study", "geometry-guarded", "loss-onset",
+    parser.add_argument("--rules", nargs="+", default=[RANKME_RECOVERY, "geometry-guarded", "loss-onset",
                                                        "logprob-emergence", "probe-crossing", "warmup-end",
                                                        "clock-20"], help="rule names (capgeo_callbacks.rules.RULES)")
     parser.add_argument("--forecasters", nargs="*", default=[], help="forecaster rule names")

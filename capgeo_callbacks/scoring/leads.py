@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
+from capgeo_callbacks.keys import RANKME_RECOVERY, rule_name
 from capgeo_callbacks.publish.text import markdown_row
 from capgeo_callbacks.rules import RULES, Rule, RunView, make_rule
 from capgeo_callbacks.scoring.scores import Rate, bootstrap_median, first_alert
@@ -99,15 +100,15 @@ class RuleGrid:
 
 
 def describe(settings: Mapping[str, Any]) -> str:
-    """A point of a grid in words: ``fall=0.1, held=3`` (``as registered`` for a rule with no grid)."""
+    """A point of a grid in words: ``fall=0.1, held=3`` (``its one setting`` for a rule with no grid)."""
     return ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
-                     for key, value in settings.items()) or "as registered"
+                     for key, value in settings.items()) or "its one setting"
 
 
 # The registered rules' grids, each from sensitive to conservative settings so that a cap can be met (a registered
 # rule not named here runs at its default alone).
 GRIDS: dict[str, RuleGrid] = {grid.name: grid for grid in (
-    RuleGrid("study", geometric=True),
+    RuleGrid(RANKME_RECOVERY, geometric=True),
     RuleGrid("probe-crossing", {"share": (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)}, geometric=True),
     RuleGrid("rankme-fall", {"fall": (0.05, 0.1, 0.2, 0.3, 0.5, 0.7), "held": (1, 3),
                              "ignore_steps": (0, 50, 100, 200)}, geometric=True),
@@ -121,7 +122,8 @@ GRIDS: dict[str, RuleGrid] = {grid.name: grid for grid in (
 
 def grid_of(name: str) -> RuleGrid:
     """The grid of the registered rule ``name`` (:data:`GRIDS`; else the rule alone, at its default)."""
-    make_rule(name)  # an unknown name: a clear error listing the known ones
+    make_rule(name)  # an unknown name: a clear error listing the known ones (a former name: a DeprecationWarning)
+    name = rule_name(name)
     return GRIDS.get(name, RuleGrid(name))
 
 
@@ -255,7 +257,7 @@ class RuleLead:
         if self.chosen:
             return describe(self.settings)
         if self.points == 1 and not self.settings:
-            return "as registered: not within the cap on the calibration runs"
+            return "its one setting: not within the cap on the calibration runs"
         return f"none of {self.points} within the cap; at its default ({describe(self.settings)})"
 
 

@@ -1,7 +1,7 @@
 r"""What a warning or a forecast is worth, on any folder of runs
 ==============================================================
 
-    capgeo score RUNS [RUNS ...] [--rules study loss-onset ...] [--forecasters acc-trend ...]
+    capgeo score RUNS [RUNS ...] [--rules rankme-recovery loss-onset ...] [--forecasters acc-trend ...]
                  [--calibration FOLDER [--leads RULE ...] [--max-false-rate 0.2] [--max-control-rate 0]]
 
 (``python -m capgeo_callbacks.scoring`` is the same command.)

@@ -29,7 +29,7 @@ from capgeo_callbacks.sweeps import add_launch_arguments, launch_with, summary_o
 from study.checkout import ROOT, require_clean_tree
 from study.phases.corpus import CORPUS, HELD_OUT_SEEDS, write_packed
 from study.registrations.forecast import REGISTRATION
-from study.registrations.policy import committed, held_out_check, sha256
+from study.registrations.policy import as_registered, committed, held_out_check, registered_rule, sha256
 from sweep import Trial as Job
 
 RUNS = ROOT / "runs" / "heldout"
@@ -81,7 +81,7 @@ def scored(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout")
     runs = [run for run in runs if run.seed is not None and run.seed >= HELD_OUT_SEEDS]
     compared = frozen["compared_with"]
     warnings_ = [rule_from_record(frozen["warning"])]
-    warnings_ += [rule_from_record({**entry, "name": name}) for name, entry in compared["warnings"].items()]
+    warnings_ += [registered_rule(name, entry) for name, entry in compared["warnings"].items()]
     forecasters = [rule_from_record(frozen["forecaster"])]
     forecasters += [rule_from_record({**entry, "name": name})
                     for name, entry in compared["forecasters"].items()]
@@ -297,8 +297,8 @@ def brief(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") 
              "Where each set of runs was made: [docs/heldout.md](docs/heldout.md).", ""]
     lines += ["| warning | precision | recall | false alarms on controls | median lead (share of the time to "
               "acquisition) |", "| --- | --- | --- | --- | --- |"]
-    notes = {frozen["warning"]["name"]: " (registered)", "study": " (RankMe collapse)", "loss-onset": " (loss only)",
-             "clock-20": " (a clock)"}
+    notes = {frozen["warning"]["name"]: " (registered)", as_registered("study"): " (RankMe collapse)",
+             "loss-onset": " (loss only)", "clock-20": " (a clock)"}
     for name, note in notes.items():
         w = s["warnings"][name]
         lead = w["lead_share"]["median"]
@@ -394,7 +394,8 @@ def study_rule(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldo
 
     s = scored(registration, folder)
     frozen, runs = s["frozen"], s["runs"]
-    study, registered = s["warnings"]["study"], s["warnings"][frozen["warning"]["name"]]
+    study, registered = s["warnings"][as_registered("study")], s["warnings"][frozen["warning"]["name"]]
+    rang_on = s["alerts"][as_registered("study")]
     controls = [run for run in runs if run.control]
     never = [run for run in runs if run.acquisition is None and not run.control]
     rule = rule_from_record({**frozen["compared_with"]["warnings"]["study"], "name": "study"})
@@ -413,11 +414,11 @@ def study_rule(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldo
             f"{study['lead_share']['median']:.2f} of the time to acquisition before it, against "
             f"{registered['lead_share']['median']:.2f}), a median {onset:.0f} steps "
             f"{'before' if onset >= 0 else 'after'} the answer's log-prob starts to rise. It rang on "
-            f"{sum(s['alerts']['study'][run.name] is not None for run in controls)} of the {len(controls)} held-out "
+            f"{sum(rang_on[run.name] is not None for run in controls)} of the {len(controls)} held-out "
             f"controls, but on {len(rang)} of the {len(calibration_controls)} controls of the calibration seeds ("
             + ", ".join(f"{folder_name}/{Path(run.name).name.removesuffix('.json.gz')} at step {alert.step:,}, "
                         f"{alert.layer} first" for folder_name, run, alert in rang)
-            + f"), and on {sum(s['alerts']['study'][run.name] is not None for run in never)} of the {len(never)} "
+            + f"), and on {sum(rang_on[run.name] is not None for run in never)} of the {len(never)} "
             "held-out runs that never reach 0.5: it says a run has started learning, not that a capability is "
             "coming.")
 

@@ -28,14 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.rules import make_rule, rule_output
+from capgeo_callbacks.keys import RANKME_RECOVERY, rule_name
+from capgeo_callbacks.rules import rule_output
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs, warning_scores
 from capgeo_callbacks.scoring.scores import Rate, error_text, scored_run, warning_table
 from capgeo_callbacks.sweeps import FunctionTrial, Outcome, add_launch_arguments, launch_with
 from study.checkout import ROOT, require_clean_tree
 from study.phases.corpus import CORPUS, made_on, unrecorded, write_packed
-from study.registrations.policy import committed, registered_before, sha256
+from study.registrations.policy import as_registered, committed, registered_before, registered_rule, sha256
 
 REGISTRATION = ROOT / "study" / "newtasks_registration.json"
 RUNS = ROOT / "runs" / "newtasks"
@@ -157,8 +158,8 @@ def scored(path: Path = REGISTRATION, folder: Path = FOLDER) -> dict[str, Any]:
     forecasters = [found["forecaster"]["default"], *found["forecast_comparators"]]
 
     def scores(chosen: Sequence[ScoredRun]) -> dict[str, Any]:
-        return {"warnings": {name: warning_scores(make_rule(name), chosen) for name in warnings},
-                "forecasts": {name: forecast_scores(make_rule(name), chosen) for name in forecasters}}
+        return {"warnings": {as_registered(name): warning_scores(registered_rule(name), chosen) for name in warnings},
+                "forecasts": {name: forecast_scores(registered_rule(name), chosen) for name in forecasters}}
 
     corrected, count = with_registered_warmup(runs, found)
     return {"registration": found, "runs": runs, **scores(runs),
@@ -184,7 +185,7 @@ def targets(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows.append((f"{default}'s interval covers at 50%: at least {least}", str(coverage),
                  _verdict(coverage.value, least)))
     precision_floor = found["targets"]["warning_precision_at_least"]
-    for name in found["warnings"]["default"]:
+    for name in map(as_registered, found["warnings"]["default"]):
         score = s["warnings"][name]
         rows.append((f"{name}: precision at least {precision_floor}", str(score["precision"]),
                      _verdict(score["precision"].value, precision_floor)))
@@ -201,14 +202,15 @@ def _verdict(value: float | None, floor: float) -> str:
 
 
 def runs_table(runs: Sequence[ScoredRun]) -> list[str]:
-    lines = ["| run | acquisition | budget | acquired fully | first alert: probe-crossing / study | CPU s |",
+    lines = ["| run | acquisition | budget | acquired fully | first alert: probe-crossing / "
+             f"{as_registered('study')} | CPU s |",
              "| --- | ---: | ---: | --- | --- | ---: |"]
     for run in sorted(runs, key=lambda r: r.name):
-        alerts = {alert["rule"]: alert["step"] for alert in reversed(run.summary.get("alerts") or [])
+        alerts = {rule_name(alert["rule"]): alert["step"] for alert in reversed(run.summary.get("alerts") or [])
                   if alert.get("kind") == "run"}
         lines.append(f"| {Path(run.name).name.removesuffix('.json.gz')} | {run.acquisition or '-'} | "
                      f"{run.summary['max_steps']} | {'yes' if run.acquired_fully else 'no'} | "
-                     f"{alerts.get('probe-crossing', '-')} / {alerts.get('study', '-')} | "
+                     f"{alerts.get('probe-crossing', '-')} / {alerts.get(RANKME_RECOVERY, '-')} | "
                      f"{run.summary['cpu_seconds']} |")
     return lines
 
@@ -218,7 +220,7 @@ def steady_forecasts(runs: Sequence[ScoredRun], name: str) -> list[dict[str, Any
     (before it, it said nothing or 'not within reach' at least once): when (share of the time to acquisition),
     whether its interval held the actual step, and its width relative to that step; share None where its last
     evaluation before acquisition had no forecast."""
-    rule, found = make_rule(name), []
+    rule, found = registered_rule(name), []
     for run in runs:
         if run.acquisition is None or run.control:
             continue
@@ -271,7 +273,7 @@ def page(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
     s = scored(path, folder)
     found, runs = s["registration"], s["runs"]
     commits = sorted({run.summary.get("commit", "")[:8] for run in runs})
-    warnings = " ".join(s["warnings"])
+    warnings = " ".join(rule_name(name) for name in [*found["warnings"]["default"], *found["warnings"]["comparators"]])
     forecasters = " ".join(s["forecasts"])
     return "\n".join([
         "# On a task nobody calibrated: the registered test on new task families", "",
@@ -339,7 +341,7 @@ def replay_differences(runs: Sequence[ScoredRun], name: str) -> tuple[int, int]:
     differ = total = 0
     for run in runs:
         live = {int(entry["step"]): entry["predicted"] for entry in (run.summary.get("forecasts") or {}).get(name, [])}
-        again = {forecast.step: forecast.predicted for forecast in replay(make_rule(name), run.view)[1]}
+        again = {forecast.step: forecast.predicted for forecast in replay(registered_rule(name), run.view)[1]}
         for step, predicted in live.items():
             total += 1
             repeated = again.get(step)
@@ -379,7 +381,7 @@ def readme(path: Path = REGISTRATION, folder: Path = FOLDER) -> str:
     lines = [f"| {len(found['families'])} new task families, {acquired} acquired runs, "
              f"{sum(run.control for run in runs)} controls | precision | false alarms on controls | "
              "forecast error at 50% | interval holds the step |", "| --- | --- | --- | --- | --- |"]
-    for name in [*found["warnings"]["default"], *found["warnings"]["comparators"]]:
+    for name in map(as_registered, [*found["warnings"]["default"], *found["warnings"]["comparators"]]):
         score = s["warnings"][name]
         lines.append(f"| {name} (warning) | {score['precision']} | {score['false_alarms_controls']} | | |")
         fixed = s["corrected"]["warnings"][name] if s["corrected"] else score

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.rules import SurvivalForecaster, make_rule
+from capgeo_callbacks.rules import Rule, SurvivalForecaster, make_rule
 from capgeo_callbacks.scoring import ScoredRun
 from capgeo_callbacks.scoring.discrimination import LEGEND, discrimination_table, discriminations
+from capgeo_callbacks.scoring.leads import RuleLead
 from capgeo_callbacks.scoring.scores import (
     Rate,
     bootstrap_median,
@@ -47,6 +48,7 @@ from study.phases.grokking import (
 )
 from study.record import page_command
 from study.record import registered as shared
+from study.registrations.policy import registered_rule
 
 DOC = ROOT / "docs" / "grokking.md"
 OUT_OF_FAMILY = ROOT / "study" / "who_learns_fitted.json"
@@ -178,6 +180,18 @@ class Figures:
     registered: Mapping[str, Any]  # the same, directions fixed as registered (calibration's side of 0.5)
     forecasts: Sequence[Mapping[str, Any]]  # each forecaster at half the time to grokking
     settings: Sequence[Mapping[str, Any]]
+    leads: Sequence[RuleLead]  # the registered warnings as registered, then every rule with its grid
+
+
+def registered_names(found: Mapping[str, Any]) -> list[str]:
+    """The registered warnings but the probability's (it has its own alert): capgeo's, then the comparators."""
+    return [name for name in [*found["warnings"]["capgeo"], *found["warnings"]["comparators"]] if name != "survival"]
+
+
+def registered_warnings(found: Mapping[str, Any]) -> list[Rule]:
+    """The registered warnings of :func:`registered_names`, each as the library's rule now (one registered under a
+    former name: named as registered, with its name now beside it)."""
+    return [registered_rule(name) for name in registered_names(found)]
 
 
 def run_settings(run: ScoredRun) -> dict[str, Any]:
@@ -204,14 +218,18 @@ def figures(path: Path = REGISTRATION) -> Figures:
     fitted = json.loads(FITTED.read_text())
     cal_runs, runs = scored(calibration), scored(heldout)
     rules = survival_rules(fitted)
-    warnings = [rules[0], make_rule("study"), make_rule("probe-crossing"), make_rule("loss-onset")]
+    warnings = [rules[0], *registered_warnings(registration(path))]
     fired = {rule.name: {run.name: first_warning(rule, run.view) for run in [*runs, *cal_runs]}
              for rule in warnings[1:]}
     both = discriminations(runs, fired=fired, forecasters=rules, shares=SHARES, calibration=cal_runs)
     settings = shared.settings_rows(runs, cal_runs, run_settings, probability_at(rules[0]), SHARES)
-    return Figures(registration(path), late_steps(path), calibration, heldout, fitted, cal_runs, runs, rules,
+    found = registration(path)
+    registered = [shared.registered_grid(rule, "" if name in found["warnings"]["capgeo"] else "comparator")
+                  for name, rule in zip(registered_names(found), warnings[1:], strict=True)]
+    return Figures(found, late_steps(path), calibration, heldout, fitted, cal_runs, runs, rules,
                    warnings, both["interval"], both["point"],
-                   forecast_rows(runs, fitted, [rules[0], *rules[1:], make_rule("acc-trend")]), settings)
+                   forecast_rows(runs, fitted, [rules[0], *rules[1:], make_rule("acc-trend")]), settings,
+                   shared.every_rule_lead(registered, cal_runs, runs))
 
 
 def targets(f: Figures) -> list[tuple[str, str]]:
@@ -311,7 +329,8 @@ def page(path: Path = REGISTRATION) -> str:
               "A warning counts only before grokking. The probability's warning: it first reaches 0.5.", "",
               warning_table(scores), "", "## The probability's alert", "",
               shared.before_evidence(inside, runs), "",
-              *shared.alert_section("the probability", shared.probability(inside), cal_runs, runs)]
+              *shared.alert_section("the probability", shared.probability(inside), cal_runs, runs),
+              *shared.leads_section(f.leads, cal_runs, ("grok", "grokking"))]
     statics = {name: (lambda run, view, predict=predict: None if (found := predict(run.summary)) is None
                       else (float(found), None, None)) for name, predict in static_predictors(fitted).items()}
     parts += ["## The forecast at shares of the budget", "",
@@ -368,7 +387,7 @@ def readme_line() -> str:
             f"registration): {settings['auroc'].value:.2f} [{settings['auroc'].low:.2f}, {settings['auroc'].high:.2f}]"
             f", the probability {shared.shown(settings['difference']).replace(':', ' than them:')}. "
             + shared.beaten_sentence(shared.beaten_by(f.registered, 0.5, ours), shared.beaten_by(f.strict, 0.5, ours))
-            + ".")
+            + ". Beside it, " + shared.leads_clause(f.leads, "docs/grokking.md", "grok") + ".")
 
 
 def targets_line() -> str:

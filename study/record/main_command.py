@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from capgeo_callbacks.keys import RANKME_RECOVERY, rule_name
 from capgeo_callbacks.run.summary import read_summary
 from study.checkout import ROOT
 
@@ -29,7 +30,8 @@ FRESH = ROOT / "corpus" / "fresh"
 
 
 def first_alert_step(summary: dict[str, Any], rule: str) -> int | None:
-    return next((alert["step"] for alert in summary.get("alerts", []) if alert["rule"] == rule
+    """The step of ``rule``'s first run alert in ``summary`` (a rule's former name in it read as its name now)."""
+    return next((alert["step"] for alert in summary.get("alerts", []) if rule_name(alert["rule"]) == rule_name(rule)
                  and alert["kind"] == "run"), None)
 
 
@@ -69,11 +71,11 @@ def paragraph(summary_path: Path = SUMMARY, fresh: Path = FRESH, conditions_path
             "acquisition and timing differ between CPUs); it was acquired at step "
             f"**{s['acquisition_step']:,}** and printed the verdict **`{s['verdict']}`, gap {s['gap']:,} steps**. "
             f"Inside the {s['warmup_steps']}-step learning-rate warm-up RankMe collapses and recovers: "
-            f"{layers_sentence(s)}; the first recovery raises the study's alert (the `precursor alert` the run "
-            f"prints) at step {first_alert_step(s, 'study')}: a dip every run shows, not a warning. The registered "
-            "warning (a probe reading the answer tokens halfway "
-            f"from chance) came at step {first_alert_step(s, warning)}, and the forecast first put acquisition "
-            f"within {horizon or 300} steps at step {first_alert_step(s, forecaster)} (the whole output: "
+            f"{layers_sentence(s)}; the first recovery raises `{RANKME_RECOVERY}`'s alert (the `precursor "
+            f"alert` the run prints) at step {first_alert_step(s, RANKME_RECOVERY)}: a dip every run shows, not a "
+            "warning. The registered warning (a probe reading the answer tokens halfway from chance) came at step "
+            f"{first_alert_step(s, warning)}, and the forecast first put acquisition within {horizon or 300} steps at "
+            f"step {first_alert_step(s, forecaster)} (the whole output: "
             "[docs/main-command/output.txt](docs/main-command/output.txt)).")
     if seeds:
         outcomes = {(f.get("labels") or {}).get("outcome") for f in seeds}

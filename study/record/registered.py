@@ -1,6 +1,7 @@
 """What both registered pages (docs/who-learns.md, docs/grokking.md) say the same way: the runs each commit added,
 every baseline beside the probability (with paired intervals where a target compares two figures), the runs'
-settings alone, the forecast at shares of the budget, and the alert's operating point.
+settings alone, the forecast at shares of the budget, the alert's operating point, and every rule's lead at a capped
+false-alarm rate.
 
 Each function takes the scored calibration and held-out runs and returns markdown; the pages only choose which
 rules and baselines they hold. Nothing here is fitted on a held-out run.
@@ -15,9 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from capgeo_callbacks.keys import ILDR, PROBE_ACC, RANKME
 from capgeo_callbacks.rules import Rule, RunView, SurvivalForecaster
 from capgeo_callbacks.scoring import ScoredRun
 from capgeo_callbacks.scoring.discrimination import BASELINE, auroc, population, series_scores
+from capgeo_callbacks.scoring.leads import GRIDS, MAX_CONTROL_RATE, MAX_FALSE_RATE, RuleGrid, RuleLead, leads_table
+from capgeo_callbacks.scoring.leads import rule_leads as library_rule_leads
 from capgeo_callbacks.scoring.operating import (
     Predictor,
     budget_forecasts,
@@ -276,6 +280,93 @@ def before_evidence(rule: SurvivalForecaster, heldout: Sequence[ScoredRun]) -> s
     return (f"Before any evidence (every feature 0 at the start of the budget: the intercept alone) the probability "
             f"is {intercept:.2f}; at the held-out runs' first defined evaluation its median is {fmt(median)} "
             f"(n={len(early)}). It is a prior of this family's calibration runs, not a reading of the run.")
+
+
+# ------------------------------------------------------------------------------------------- every rule's lead
+
+REGISTERED = "registered: "  # how the leads table names a registered warning, apart from its grid's row
+LEADS_TITLE = "Every rule's lead at a capped false-alarm rate (exploratory, added after the registration)"
+LEADS_ANCHOR = "every-rules-lead-at-a-capped-false-alarm-rate-exploratory-added-after-the-registration"
+
+
+def registered_grid(rule: Rule, role: str = "") -> RuleGrid:
+    """A registered warning exactly as registered (one point), named apart from its grid's row: ``registered:
+    probe-crossing`` (``role``: ``comparator`` for a registered comparator); geometric where it reads RankMe, a probe
+    or ILDR."""
+    geometric = any(key.startswith((RANKME, PROBE_ACC, ILDR)) for key in rule.needs.series)
+    return RuleGrid.fixed(rule, geometric, name=f"registered{f' {role}' if role else ''}: {rule.name}")
+
+
+def every_rule_lead(registered: Sequence[RuleGrid], calibration: Sequence[ScoredRun], heldout: Sequence[ScoredRun]
+                    ) -> list[RuleLead]:
+    """The registered warnings as registered, then every rule of the library with its grid
+    (:data:`~capgeo_callbacks.scoring.leads.GRIDS`), each at its operating point chosen on ``calibration`` alone
+    (:func:`~capgeo_callbacks.scoring.leads.rule_leads`), and what it does on ``heldout``."""
+    return library_rule_leads([*registered, *GRIDS.values()], calibration, heldout)
+
+
+def is_registered(lead: RuleLead) -> bool:
+    return lead.rule.startswith("registered")
+
+
+def leads_section(leads: Sequence[RuleLead], calibration: Sequence[ScoredRun], verb: tuple[str, str] = ("acquire",
+                  "acquisition")) -> list[str]:
+    """The page's section on every rule's lead at a capped false-alarm rate (exploratory: added after the
+    registration); ``verb``: the event's words (the verb, the noun)."""
+    acquirers = sum(not run.control and run.acquisition is not None for run in calibration)
+    never = sum(not run.control and run.acquisition is None for run in calibration)
+    controls = sum(run.control for run in calibration)
+    registered = [lead.rule.split(": ", 1)[1] for lead in leads if is_registered(lead)]
+    return [f"## {LEADS_TITLE}", "",
+            "How early each rule warns, and how often it rings on runs that never "
+            f"{verb[0]}, once its settings are chosen on the calibration runs alone. Not registered: added after the "
+            "registration, so exploratory. "
+            + (f"The registered warning comes first, exactly as registered (`{registered[0]}`, one point)"
+               if len(registered) == 1 else "The registered warnings come first, exactly as registered ("
+               + joined([f"`{name}`" for name in registered]) + ", each one point)")
+            + "; then every rule of the library with "
+            "a small grid of its settings (`capgeo_callbacks.scoring.leads.GRIDS`), its operating point chosen on the "
+            f"{len(calibration)} calibration runs ({acquirers} that {verb[0]}, {never} that never do, {controls} "
+            f"controls): the point that warns the most calibration runs before their {verb[1]}, while at most "
+            f"{MAX_FALSE_RATE:.0%} of the calibration runs that never {verb[0]} (the cap) and "
+            + ("no calibration control" if MAX_CONTROL_RATE == 0 else f"at most {MAX_CONTROL_RATE:.0%} of the "
+               "calibration controls") + " alert at any step; ties go to the fewer false alarms, then the earlier "
+            "warning. Where no point stays within the cap, the row says so and shows the rule at its default; a rule "
+            "whose series the runs do not record is said not measured. Held out, at that point: the runs that "
+            f"{verb[0]} warned before their {verb[1]} (k of n), the median lead in steps and as a share of the time to "
+            f"{verb[1]} over the warned runs with a bootstrap 95% interval, the false alarms realised on the runs that "
+            f"never {verb[0]}, and the controls alerting. The probability's alert is the section above. `capgeo score "
+            "RUNS --calibration CALIBRATION` makes the same table on any runs.", "",
+            leads_table(leads), ""]
+
+
+def leads_clause(leads: Sequence[RuleLead], page: str, verb: str = "acquire") -> str:
+    """The README's clause on every rule's lead, linking the page's table (``page``): how many rules have an operating
+    point within the cap, the one that warns the most held-out runs, and the registered warnings beside it."""
+    measured = [lead for lead in leads if not is_registered(lead) and lead.calibration.warned.n]
+    within = [lead for lead in measured if lead.chosen]
+    best = max(within, key=lambda lead: (lead.heldout.warned.value or 0, lead.heldout.lead_share.value or 0),
+               default=None)
+
+    def record(lead: RuleLead, short: bool = False) -> str:
+        held = lead.heldout
+        if short:
+            lead_share = "none warned" if held.lead_share.value is None else f"{held.lead_share.value:.2f}"
+            return (f"{held.warned.k} of {held.warned.n} ({lead_share}), {held.false_alarms.k} of "
+                    f"{held.false_alarms.n}")
+        return (f"{held.warned.k} of {held.warned.n} runs that {verb} before they do (median lead "
+                f"{fmt(held.lead_share.value)} of the time), with {held.false_alarms.k} of {held.false_alarms.n} that "
+                f"never {verb} alerting")
+
+    registered = [f"the {role} `{name}`: {record(lead, short=True)}" for lead in leads if is_registered(lead)
+                  for role, name in [lead.rule.split(": ", 1)]]
+    return (f"every rule's lead at a capped false-alarm rate ([exploratory]({page}#{LEADS_ANCHOR})): {len(within)} of "
+            f"the {len(measured)} rules measured {'has' if len(within) == 1 else 'have'} an operating point chosen on "
+            f"calibration runs within the cap (at most {MAX_FALSE_RATE:.0%} of those that never {verb} alerting, no "
+            "control)" + ("" if best is None else f"; it is `{best.rule}` ({best.setting}): held out, it warns "
+                          if len(within) == 1 else f"; of them, `{best.rule}` ({best.setting}) warns the most: held "
+                          "out, ") + ("" if best is None else record(best)) + "; "
+            + "; ".join(registered))
 
 
 # ------------------------------------------------------------------------------------------- forecasts

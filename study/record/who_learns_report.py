@@ -27,12 +27,14 @@ from capgeo_callbacks.scoring.discrimination import (
     discriminations,
     population,
 )
+from capgeo_callbacks.scoring.leads import RuleLead
 from capgeo_callbacks.scoring.paired import Difference, paired_difference
 from capgeo_callbacks.scoring.scores import Rate, error_text, first_warning, forecast_scores, scored_run
 from study.checkout import ROOT
 from study.phases.who_learns import FITTED, FOLDER, REGISTRATION, jobs, load, registration
 from study.record import page_command
 from study.record import registered as shared
+from study.registrations.policy import registered_rule
 
 DOC = ROOT / "docs" / "who-learns.md"
 QUARTER = 0.25
@@ -143,6 +145,7 @@ class Figures:
     briers: Sequence[Mapping[str, Any]]
     forecasts: Sequence[Mapping[str, Any]]  # survival, clock, acc-trend at half the time to acquisition
     settings: Sequence[Mapping[str, Any]]
+    leads: Sequence[RuleLead]  # the registered warning as registered, then every rule with its grid
 
 
 def run_settings(run: ScoredRun) -> dict[str, Any]:
@@ -164,8 +167,10 @@ def figures() -> Figures:
     both = discriminations(runs, fired=fired, forecasters=[survival, clock], calibration=cal_runs)
     forecasts = [forecast_scores(rule, runs, fractions=(0.5,)) for rule in (survival, clock, make_rule("acc-trend"))]
     settings = shared.settings_rows(runs, cal_runs, run_settings, probability_of(survival), SHARES)
+    registered = shared.registered_grid(registered_rule(warning, found["warning"]))
     return Figures(found, calibration, heldout, cal_runs, runs, survival, clock, fired, both["interval"],
-                   both["point"], brier_rows(runs, cal_runs, survival, tags=brier_tags(runs)), forecasts, settings)
+                   both["point"], brier_rows(runs, cal_runs, survival, tags=brier_tags(runs)), forecasts, settings,
+                   shared.every_rule_lead([registered], cal_runs, runs))
 
 
 OURS = "forecast: survival"
@@ -303,6 +308,7 @@ def page() -> str:
     parts += [f"| {row['name']} | {shared.fmt(row['brier'], 3)} | {row['n']} |" for row in f.briers]
     parts += ["", "## The probability's alert", "", shared.before_evidence(survival, runs), "",
               *shared.alert_section("the probability", shared.probability(survival), cal_runs, runs)]
+    parts += shared.leads_section(f.leads, cal_runs)
     parts += ["## The forecast at shares of the budget", "",
               *shared.forecast_section({"survival": shared.rule_predictor(survival),
                                         "clock": shared.rule_predictor(clock),
@@ -352,7 +358,8 @@ def readme_line() -> str:
             f"[{settings['auroc'].low:.2f}, {settings['auroc'].high:.2f}], the probability "
             f"{shared.shown(settings['difference']).replace(':', ' than them:')}. "
             + shared.beaten_sentence(shared.beaten_by(f.registered, QUARTER, OURS),
-                                     shared.beaten_by(f.strict, QUARTER, OURS)) + ".")
+                                     shared.beaten_by(f.strict, QUARTER, OURS)) + ". Beside it, "
+            + shared.leads_clause(f.leads, "docs/who-learns.md") + ".")
 
 
 def targets_line() -> str:

@@ -34,7 +34,6 @@ from capgeo_callbacks.rules import (
     RidgeForecaster,
     Rule,
     ThresholdForecaster,
-    make_rule,
 )
 from capgeo_callbacks.scoring import (
     ScoredRun,
@@ -45,6 +44,7 @@ from capgeo_callbacks.scoring import (
 )
 from study.checkout import ROOT
 from study.phases.corpus import CORPUS
+from study.registrations.policy import as_registered, registered_rule
 
 REGISTRATION = ROOT / "study" / "registration.json"
 DOC = ROOT / "docs" / "forecast-selection.md"
@@ -82,13 +82,14 @@ FORECASTERS: dict[str, Fitted] = {
     "ridge": lambda train: RidgeForecaster().fit(pairs(train)),
     "ridge-geometry": lambda train: RidgeForecaster(geometry=True).fit(pairs(train)),
 }
+# as the selection named them (it registered "study", now rankme-recovery: its tables print both)
 FIXED_WARNINGS = ("study", "geometry-guarded", "loss-onset", "logprob-emergence", "probe-crossing", "warmup-end",
                   "clock-20")
 HORIZONS = (200, 400)
 
 
 def warning_candidates() -> dict[str, Fitted]:
-    candidates: dict[str, Fitted] = {name: (lambda train, name=name: make_rule(name)) for name in FIXED_WARNINGS}
+    candidates: dict[str, Fitted] = {name: (lambda train, name=name: registered_rule(name)) for name in FIXED_WARNINGS}
     for horizon in HORIZONS:
         candidates[f"ridge-warning-{horizon}"] = lambda train, h=horizon: _named(
             RidgeForecaster(horizon=h).fit(pairs(train)), f"ridge-warning-{h}")
@@ -148,7 +149,7 @@ def select() -> dict[str, Any]:
         fired: dict[str, int | None] = {}
         for train, test in folds(runs, "seed"):
             fired.update(warning_scores(make(train), test)["fired"])
-        warnings_scored.append(warning_scores(name, runs, fired))
+        warnings_scored.append(warning_scores(as_registered(name), runs, fired))
     eligible = [s for s in warnings_scored if (s["lead_share"]["median"] or 0) >= 0.2]
     ranked = sorted(eligible, key=lambda s: (-s["f1"], -(s["precision"].value or 0), -(s["lead_share"]["median"] or 0)))
     best = ranked[0]

@@ -4,25 +4,45 @@ Each run records the registration's sha256 and its code commit (train.py ``--reg
 ``HELD_OUT_SEEDS``) counts only when its sha256 is the registration's and its commit already contains the
 registration (:func:`held_out_check`), and the study hands the scorer only those (the scorer scores every run it is
 given). The held-out test (:mod:`study.phases.heldout`) and the new task families (:mod:`study.phases.newtasks`)
-hold their runs to it.
+hold their runs to it. A registration names its rules as they were named then: :func:`registered_rule` reads such a
+name as the library's rule now, and its tables print it as registered with the name now beside it
+(:func:`as_registered`: ``study (now rankme-recovery)``).
 """
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from capgeo_callbacks.keys import rule_name
+from capgeo_callbacks.rules import Rule, make_rule, rule_from_record
 from capgeo_callbacks.rules.registration import file_sha256
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun
 from study.checkout import ROOT
 from study.phases.corpus import HELD_OUT_SEEDS
 
-__all__ = ["committed", "held_out_check", "load_registered", "registered_before", "sha256"]
+__all__ = ["as_registered", "committed", "held_out_check", "load_registered", "registered_before", "registered_rule",
+           "sha256"]
 
 sha256 = file_sha256  # what a run records of its registration
+
+
+def as_registered(name: str) -> str:
+    """A rule's name as a registration wrote it, with its name now beside it where it has changed since."""
+    now = rule_name(name)
+    return name if now == name else f"{name} (now {now})"
+
+
+def registered_rule(name: str, record: Mapping[str, Any] | None = None) -> Rule:
+    """The library's rule a registration names ``name``: as its ``record`` (class path and settings) freezes it, else
+    the rule of that name; a former name read as the rule's now, without a warning; named as :func:`as_registered`
+    prints it."""
+    rule = rule_from_record(record) if record is not None else make_rule(rule_name(name))
+    rule.name = as_registered(name)
+    return rule
 
 
 def registered_before(registration: Path, commit: str | None) -> bool:

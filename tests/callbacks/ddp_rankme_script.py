@@ -30,7 +30,7 @@ from capgeo_callbacks import (  # noqa: E402
 )
 from capgeo_callbacks.measures.ildr import ildr  # noqa: E402
 from capgeo_callbacks.measures.probes import distinct_split, linear_probe_accuracy  # noqa: E402
-from capgeo_callbacks.rules import StudyRule  # noqa: E402
+from capgeo_callbacks.rules import RankMeRecoveryRule  # noqa: E402
 from tests.callbacks.conftest import ForeignEncoder, loaders, reference_rankme  # noqa: E402
 
 INTERVAL = 8  # 512 training examples, batches of 32 on each of 2 ranks: one epoch, one validation
@@ -99,7 +99,7 @@ def main(out: Path) -> None:
                                 num_rows=NUM_ROWS)
     settings = DetectionSettings(smoothing=1)  # the study's rule alone: the scripted series are its story
     detector = PrecursorDetector(monitor="scripted_acc", logprob_monitor=None, settings=settings,
-                                 rules=[StudyRule(settings)], overhead_budget=None)
+                                 rules=[RankMeRecoveryRule(settings)], overhead_budget=None)
     reference = SingleProcessReference(layers=2)
     trainer = Trainer(
         strategy="ddp", accelerator="cpu", devices=2, max_steps=INTERVAL * len(SCRIPTED),

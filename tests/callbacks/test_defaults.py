@@ -90,6 +90,6 @@ def test_the_defaults_on_a_hugging_face_llama_under_max_epochs(tmp_path: Path,
     assert all(0.0 <= p[1] <= 1.0 for points in probes.series.values() for p in points)
 
     summary = json.loads((Path(trainer.log_dir) / "capgeo_summary.json").read_text())
-    assert list(summary["rules"]) == ["study", "probe-crossing", "acc-trend"]  # default_rules()
+    assert list(summary["rules"]) == ["rankme-recovery", "probe-crossing", "acc-trend"]  # default_rules()
     assert "rules_left_out" not in summary
     assert summary["selectors"]["rankme"] == "target"

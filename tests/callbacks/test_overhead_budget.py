@@ -14,7 +14,7 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import Callback
 
 from capgeo_callbacks import LinearProbeMonitor, PrecursorDetector, RankMeMonitor
-from capgeo_callbacks.rules import ILDRRiseRule, StudyRule
+from capgeo_callbacks.rules import ILDRRiseRule, RankMeRecoveryRule
 from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, MAX_STRIDE, MEASURE, OPTIONAL, RULE_INPUT
 from tests.callbacks.helpers import TinyAnswerLM, answer_loaders
 
@@ -32,7 +32,7 @@ def run(path: Path, detector: bool, budget: float | str | None = None
         # the study's rule alone, which reads RankMe: the probes are optional work (probe-crossing, a default
         # rule, would read them)
         found = PrecursorDetector(monitor="val_acc", logprob_monitor=None, token_acc_monitor=None,
-                                  loss_monitor=None, overhead_budget=budget, rules=[StudyRule()])
+                                  loss_monitor=None, overhead_budget=budget, rules=[RankMeRecoveryRule()])
         callbacks.append(found)
     trainer = Trainer(max_steps=STEPS, val_check_interval=EVERY, logger=False, callbacks=callbacks,
                       enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,

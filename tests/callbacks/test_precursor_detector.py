@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from capgeo_callbacks import DetectionSettings, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
 from capgeo_callbacks.detection import align, scan_alerts
 from capgeo_callbacks.offline.story import draw_story
-from capgeo_callbacks.rules import StudyRule
+from capgeo_callbacks.rules import RankMeRecoveryRule
 from tests.callbacks.conftest import read_events
 from tests.callbacks.scripted import INTERVAL, RANKME, ScriptedAccuracy, ScriptedMeasure
 
@@ -36,7 +36,7 @@ def run(tmp_path, steps: int, detector: PrecursorDetector, ckpt_path: str | None
 def study_detector(**options: Any) -> PrecursorDetector:
     """The detector with the study's rule alone (the scripted series are the study rule's story)."""
     settings = DetectionSettings(smoothing=1)
-    return PrecursorDetector(settings=settings, rules=[StudyRule(settings)], **options)
+    return PrecursorDetector(settings=settings, rules=[RankMeRecoveryRule(settings)], **options)
 
 
 def test_live_alert_summary_and_tensorboard(tmp_path) -> None:

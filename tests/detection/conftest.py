@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from capgeo_callbacks.detection import DEFAULT_SETTINGS, Alert, DetectionSettings
-from capgeo_callbacks.rules import RunView, StudyRule, replay
+from capgeo_callbacks.rules import RankMeRecoveryRule, RunView, replay
 from capgeo_callbacks.run.tracker import RunTracker
 
 STEPS = [100 * i for i in range(20)]
@@ -50,4 +50,4 @@ def replayed(steps: Sequence[int], acc: Sequence[float], layers: Mapping[str, Se
     """Every alert the study's rule raises on these series, replayed evaluation by evaluation."""
     series = {f"rankme/{name}": points(steps, values) for name, values in layers.items()}
     view = RunView.from_points(points(steps, acc), series)
-    return replay(StudyRule(settings), view, settings=settings)[0]
+    return replay(RankMeRecoveryRule(settings), view, settings=settings)[0]

@@ -46,7 +46,7 @@ def test_rankme_of_every_layer_at_every_evaluation(run: ExampleRun) -> None:
 
 
 def test_the_study_rule_alerts_before_acquisition(run: ExampleRun) -> None:
-    check_alert_before_acquisition(run, "study")
+    check_alert_before_acquisition(run, "rankme-recovery")
 
 
 def test_a_probe_on_the_final_norm_reads_the_answer(run: ExampleRun) -> None:

@@ -41,8 +41,8 @@ def test_rankme_of_every_layer_at_every_evaluation(run: ExampleRun) -> None:
 
 
 def test_the_study_rule_alerts_before_acquisition(run: ExampleRun) -> None:
-    check_alert_before_acquisition(run, "study")
-    assert "rule='study'" in run.printed  # on_alert=print shows each alert
+    check_alert_before_acquisition(run, "rankme-recovery")
+    assert "rule='rankme-recovery'" in run.printed  # on_alert=print shows each alert
 
 
 def test_a_probe_on_the_decoder_norm_reads_the_answer(run: ExampleRun) -> None:

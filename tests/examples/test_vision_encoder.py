@@ -46,7 +46,7 @@ def test_rankme_of_the_pooled_features_at_every_evaluation(run: ExampleRun) -> N
 
 
 def test_the_study_rule_alerts_before_acquisition(run: ExampleRun) -> None:
-    check_alert_before_acquisition(run, "study")
+    check_alert_before_acquisition(run, "rankme-recovery")
 
 
 def test_a_probe_on_the_pooled_norm_reads_the_class(run: ExampleRun) -> None:

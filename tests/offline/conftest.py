@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from capgeo_callbacks import DetectionSettings, LinearProbeMonitor, PrecursorDetector, RankMeMonitor
 from capgeo_callbacks.offline import analyze
-from capgeo_callbacks.rules import StudyRule, make_rule
+from capgeo_callbacks.rules import RankMeRecoveryRule, make_rule
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
 
 REL = 1e-6
@@ -148,7 +148,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
                                "eval_batch_size": datamodule.eval_batch_size}}
     rankme_cb = RankMeMonitor(layers=LAYERS, selector="answer", num_rows=NUM_ROWS)
     probe_cb = LinearProbeMonitor(layers=LAYERS, num_rows=NUM_ROWS, every_n_evals=PROBE_EVERY)
-    rules = [StudyRule(SETTINGS), *(make_rule(name) for name in COMPARED_RULES)]
+    rules = [RankMeRecoveryRule(SETTINGS), *(make_rule(name) for name in COMPARED_RULES)]
     detector = PrecursorDetector(monitor="val/acc", settings=SETTINGS, run_info=run_info, rules=rules,
                                  overhead_budget=None)  # every probe point, for the offline comparison
     checkpoints = run_dir / "checkpoints"

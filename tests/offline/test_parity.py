@@ -50,7 +50,7 @@ def test_offline_analysis_gives_the_live_runs_alerts_and_summary(trained_run: Tr
     assert offline["analysis"]["recorded"]["session"] is True
 
     # every rule compared, alert for alert
-    assert list(offline["rules"]) == list(live["rules"]) == ["study", *COMPARED_RULES]
+    assert list(offline["rules"]) == list(live["rules"]) == ["rankme-recovery", *COMPARED_RULES]
     assert "rules_left_out" not in live  # each compared rule had its inputs
     for rule in live["rules"]:
         mine = [alert for alert in live["alerts"] if alert["rule"] == rule]
@@ -66,7 +66,7 @@ def test_offline_analysis_gives_the_live_runs_alerts_and_summary(trained_run: Tr
 
     # not vacuous: the compared rules said something, and the series were measured again
     alerting = {alert["rule"] for alert in live["alerts"] if alert["kind"] == "run"}
-    assert {"study", "probe-crossing", "warmup-end", "clock-20", "loss-onset"} <= alerting, alerting
+    assert {"rankme-recovery", "probe-crossing", "warmup-end", "clock-20", "loss-onset"} <= alerting, alerting
     assert live["forecasts"]["token_acc-threshold"] and live["forecasts"]["curve-families"]
     assert offline["acquisition_step"] is not None and offline["verdict"] != "not-acquired"
     assert offline["settings"] == SETTINGS.to_dict() and set(offline["layers"]) == {"blocks.0", "blocks.1", "norm_f"}

@@ -34,7 +34,7 @@ def test_story_figure_marks_collapse_recovery_alert_and_acquisition(tmp_path: Pa
     assert axis.get_xscale() == "symlog" and axis.get_yscale() == "log"
     labels = [handle.get_label() for handle in axis.get_legend().legend_handles]
     assert "acquisition (step 512)" in labels
-    assert any(label.startswith("precursor alert (step") for label in labels)
+    assert any(label.startswith("rankme-recovery alert (step") for label in labels)
     assert {"collapse (per layer)", "recovery (per layer)", "RankMe norm_f"} <= set(labels)
     assert any(label.startswith("answer token probability") for label in labels)
     image = figure_pixels(figure)

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from capgeo_callbacks import DetectionSettings, PrecursorDetector
 from capgeo_callbacks.publish.loggers import TEXT_FILENAME
-from capgeo_callbacks.rules import StudyRule
+from capgeo_callbacks.rules import RankMeRecoveryRule
 from tests.callbacks.conftest import read_events
 from tests.callbacks.scripted import INTERVAL, RANKME, ScriptedAccuracy, ScriptedMeasure
 
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("offline_loggers")
 
 def run(logger: Logger, root: Path) -> PrecursorDetector:
     settings = DetectionSettings(smoothing=1)  # the study's rule alone: the scripted series are its story
-    detector = PrecursorDetector(logprob_monitor=None, settings=settings, rules=[StudyRule(settings)],
+    detector = PrecursorDetector(logprob_monitor=None, settings=settings, rules=[RankMeRecoveryRule(settings)],
                                  run_info=RUN_INFO, live_figures=False)
     trainer = Trainer(max_steps=STEPS, val_check_interval=INTERVAL, check_val_every_n_epoch=None, accelerator="cpu",
                       logger=logger, callbacks=[ScriptedMeasure(), detector], enable_progress_bar=False,

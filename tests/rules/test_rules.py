@@ -15,13 +15,13 @@ from tests.rules.conftest import INFO, live, scripted_view
 def test_the_baselines_on_the_scripted_run() -> None:
     view = scripted_view()
     first = {name: next((a.step for a in replay(make_rule(name), view)[0] if a.kind == "run"), None)
-             for name in ("study", "loss-onset", "logprob-emergence", "probe-crossing", "warmup-end", "clock-20",
-                          "ildr-rise", "commutator-rise")}
-    # study: blocks.0 recovers at 1100; loss onset: log-prob above -2 + 0.05 from 600, confirmed at 700;
+             for name in ("rankme-recovery", "loss-onset", "logprob-emergence", "probe-crossing", "warmup-end",
+                          "clock-20", "ildr-rise", "commutator-rise")}
+    # rankme-recovery: blocks.0 recovers at 1100; loss onset: log-prob above -2 + 0.05 from 600, confirmed at 700;
     # log-prob reaches log(0.5) = -0.69 at 1200; the probe 0.2 + 0.5 x 0.8 = 0.6 at 600; warm-up end at 100;
     # 20% of 1,900 steps at 400; ILDR 2.7 >= 2.5 x its baseline 1.0 at 800; the defect 8.0 = 2 x its baseline 4.0 at
     # 900
-    assert first == {"study": 1100, "loss-onset": 700, "logprob-emergence": 1200, "probe-crossing": 600,
+    assert first == {"rankme-recovery": 1100, "loss-onset": 700, "logprob-emergence": 1200, "probe-crossing": 600,
                      "warmup-end": 100, "clock-20": 400, "ildr-rise": 800, "commutator-rise": 900}
 
 

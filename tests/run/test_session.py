@@ -52,12 +52,12 @@ def test_rules_without_their_inputs_say_once_what_to_log_and_stay_silent() -> No
     session = RunSession(rules, warn=WarnOnce("capgeo", said.append))
     for step, acc in zip(STEPS, PRECURSOR_ACC, strict=True):  # only the accuracy, no measure, no run facts
         session.evaluate(step, acc)
-    assert session.tracker.left_out == {"study": ["rankme/*"], "probe-crossing": ["probe_acc/*"],
+    assert session.tracker.left_out == {"rankme-recovery": ["rankme/*"], "probe-crossing": ["probe_acc/*"],
                                         "token_acc-threshold": ["val/token_acc", "chance"],
                                         "loss-onset": ["val/logprob|val/loss"]}
     assert len(said) == 4  # once each, at the first evaluation; the default forecaster needs the accuracy only
     study, probes, forecaster, loss = said
-    assert "rule 'study' is left out of this run" in study and "RankMeMonitor" in study
+    assert "rule 'rankme-recovery' is left out of this run" in study and "RankMeMonitor" in study
     assert "'probe_acc/*'" in probes and "LinearProbeMonitor" in probes
     assert "'val/token_acc'" in forecaster and "token_acc_monitor=" in forecaster
     assert "run_info={'chance': " in forecaster
@@ -97,7 +97,8 @@ def test_alerts_once_forecasts_published_and_the_summary_written_once(tmp_path: 
         session.evaluate(step, acc, {"val/token_acc": TOKEN_ACC[i]}, Measurements(measured), publisher)
     assert session.tracker.left_out == {}
     rules = [a.rule for a in session.alerts]
-    assert rules == [a.rule for a in announced] and {"probe-crossing", "study", "token_acc-threshold"} == set(rules)
+    assert rules == [a.rule for a in announced]
+    assert {"probe-crossing", "rankme-recovery", "token_acc-threshold"} == set(rules)
     assert publisher.alerts == [a.message() for a in session.alerts]  # each announced once
     forecasts = [f for f in session.tracker.forecasts["token_acc-threshold"] if math.isfinite(f.predicted)]
     assert forecasts and all(publisher.scalars_at[f.step]["forecast/token_acc-threshold"] == f.predicted

@@ -59,13 +59,13 @@ def test_forecasts_beyond_reach_round_trip_through_json() -> None:
 
 
 def test_state_round_trip_and_summary_keys(tmp_path) -> None:
-    tracker = RunTracker([make_rule("study"), make_rule("loss-onset"), HalfwayClock()], run_info=INFO)
+    tracker = RunTracker([make_rule("rankme-recovery"), make_rule("loss-onset"), HalfwayClock()], run_info=INFO)
     measured, scalars = scripted_run()
     for i, step in enumerate(STEPS[:12]):
         tracker.update(step, PRECURSOR_ACC[i], {"val/logprob": LOGPROB[i]},
                        {tag: values[: i + 1] for tag, values in measured.items()})
     state = json.loads(json.dumps(tracker.state_dict()))  # a checkpoint pickles it; JSON is the harder test
-    resumed = RunTracker([make_rule("study"), make_rule("loss-onset"), HalfwayClock()], run_info=INFO)
+    resumed = RunTracker([make_rule("rankme-recovery"), make_rule("loss-onset"), HalfwayClock()], run_info=INFO)
     resumed.load_state_dict(state)
     for tracked in (tracker, resumed):
         for i in range(12, 20):
@@ -74,7 +74,7 @@ def test_state_round_trip_and_summary_keys(tmp_path) -> None:
     assert resumed.alerts == tracker.alerts and resumed.forecasts == tracker.forecasts
     summary = tracker.summary(measured)
     assert summary == resumed.summary(measured)
-    assert [a.rule for a in tracker.alerts] == ["loss-onset", "study", "study", "study"]
+    assert [a.rule for a in tracker.alerts] == ["loss-onset", "rankme-recovery", "rankme-recovery", "rankme-recovery"]
     assert summary["series"]["val/logprob"] == points(STEPS, LOGPROB)
     assert summary["labels"]["acquisition_step"] == 1500
 
@@ -83,10 +83,10 @@ def test_bad_tracker_input() -> None:
     with pytest.raises(ValueError, match="DetectionSettings"):
         RunTracker(settings={"window": 3})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="Rule objects"):
-        RunTracker(["study"])  # type: ignore[list-item]
+        RunTracker(["rankme-recovery"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="unique"):
-        RunTracker([make_rule("study"), make_rule("study")])
-    with pytest.raises(ValueError, match="unknown rule 'nope'; known rules: study"):
+        RunTracker([make_rule("rankme-recovery"), make_rule("rankme-recovery")])
+    with pytest.raises(ValueError, match="unknown rule 'nope'; known rules: rankme-recovery"):
         make_rule("nope")
     tracker = RunTracker()
     with pytest.raises(ValueError, match="integer"):

@@ -88,3 +88,20 @@ def test_score_path_scores_every_prefix() -> None:
     learner = run("a", 600)
     found = score_path(learner, lambda view: float(len(view.steps)))
     assert found[0] == (0, 1.0) and found[-1] == (1000, 11.0)
+
+
+def test_the_reference_states_the_operating_point_defaults() -> None:
+    """docs/reference.md says the policy's defaults as the code holds them: thresholds, evaluations in a row, caps."""
+    from pathlib import Path
+
+    from capgeo_callbacks.scoring.leads import MAX_CONTROL_RATE, MAX_FALSE_RATE
+    from capgeo_callbacks.scoring.operating import CONSECUTIVE, THRESHOLDS
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "reference.md").read_text().split())
+    steps = [round(b - a, 2) for a, b in zip(THRESHOLDS, THRESHOLDS[1:], strict=False)]
+    even = steps.index(next(step for step in steps if step != steps[0]))  # where the even steps end
+    said = (f"{THRESHOLDS[0]:.2f}, {THRESHOLDS[1]:.2f}, ..., "
+            + ", ".join(f"{value:.2f}" for value in THRESHOLDS[even:]) + " (`THRESHOLDS`)")
+    assert said in text
+    assert ", ".join(map(str, CONSECUTIVE[:-1])) + f" or {CONSECUTIVE[-1]} evaluations (`CONSECUTIVE`)" in text
+    assert f"`max_false_rate={MAX_FALSE_RATE}`, `max_control_rate={MAX_CONTROL_RATE}`" in text

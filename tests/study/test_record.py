@@ -28,9 +28,11 @@ def test_every_generated_page_and_passage_is_what_the_corpus_gives(regenerated: 
 def test_the_readme_first_screen_is_generated(regenerated: dict) -> None:
     readme = regenerated[summary.ROOT / "README.md"]
     commands = [match.group(1) for match in summary.PASSAGE.finditer(readme)]
-    # the main command, then what to expect: who will learn and its registered targets, who will grok and its, when,
-    # and the cost, each from its command
-    assert commands == ["python -m study.record.main_command readme", "python -m study.record.who_learns_report readme",
+    # the main command, which alert to read first and whether the record changed the default alert, then what to
+    # expect: who will learn and its registered targets, who will grok and its, when, and the cost, each from its
+    # command
+    assert commands == ["python -m study.record.main_command readme", "python -m study.record.default_alert readme",
+                        "python -m study.record.who_learns_report readme",
                         "python -m study.record.who_learns_report targets",
                         "python -m study.record.grokking_report readme",
                         "python -m study.record.grokking_report targets",
@@ -60,3 +62,19 @@ def test_train_py_keeps_the_window_the_whole_runs_give() -> None:
     from study.phases.calibration_cpu import cpu_runs, window
 
     assert window(cpu_runs()) == train_cli.EVALS_AFTER_LEARNED
+
+
+def test_the_default_alert_follows_the_record(regenerated: dict) -> None:
+    """The rule the registered runs choose is in default_rules(); where none is chosen, the defaults are the ones kept,
+    and the README's first screen says which, from the same computation as the pages' tables."""
+    from capgeo_callbacks.rules import default_rules
+    from study.record import default_alert
+
+    decision = default_alert.decide(default_alert.tests())  # the pages' leads, computed once in this process
+    default_alert.check(decision)
+    names = [rule.name for rule in default_rules()]
+    if decision.joins is not None:
+        assert decision.joins in names
+    else:
+        assert names == list(default_alert.KEPT)
+    assert default_alert.sentence(decision) in regenerated[summary.ROOT / "README.md"]

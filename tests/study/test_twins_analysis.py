@@ -270,7 +270,7 @@ def test_rules_get_an_operating_point_on_calibration_and_a_lead_held_out(
 def test_the_default_rules_are_the_librarys_grids() -> None:
     names = [grid.name for grid in twins.default_rules()]
     assert twins.VAL_LOSS_RULE in names
-    assert {"study", "rankme-fall", "probe-crossing", "ildr-rise", "commutator-rise"} <= set(names)
+    assert {"rankme-recovery", "rankme-fall", "probe-crossing", "ildr-rise", "commutator-rise"} <= set(names)
     assert all(grid.make(point).name == grid.name for grid in twins.default_rules() for point in grid.points()[:1])
 
 
