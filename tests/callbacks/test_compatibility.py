@@ -273,6 +273,7 @@ def test_a_failing_logger_is_reported_and_training_goes_on(tmp_path: Path) -> No
     assert trainer.global_step == 8 and (Path(trainer.log_dir) / SUMMARY_FILENAME).is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_ddp_on_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline",

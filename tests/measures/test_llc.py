@@ -72,6 +72,7 @@ NORMAL_CROSSING = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("powers", "lr", "burnin", "draws"), NORMAL_CROSSING, ids=["max1", "max2", "max3"])
 def test_normal_crossing_learning_coefficients(powers: list[int], lr: float, burnin: int, draws: int) -> None:
     x, y = normal_crossing_data()
