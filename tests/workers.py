@@ -3,9 +3,9 @@
 Some tests must share a worker: those of a group run on the same worker, one after another. The groups (``GROUPS``):
 ``record`` (the study's record, regenerated once), ``ray`` (the tests that launch on the ``local_ray`` fixture's
 local Ray: one Ray, never two clusters on the same cores), ``ddp`` (the runs that start DDP process pairs of their own:
-one pair at a time), and each module of tests/examples/ (its trained run, a module fixture, made once). The groups
-go to the workers first, then the ``slow`` tests, so that no worker is left with a long test at the end while the
-other idles; the short tests fill the gaps.
+one pair at a time), ``offline`` (the trained run and the revisions its session fixtures make once), and each module of
+tests/examples/ (its trained run, a module fixture, made once). The groups go to the workers first, then the ``slow``
+tests, so that no worker is left with a long test at the end while the other idles; the short tests fill the gaps.
 
 pytest-xdist's own ``--dist loadgroup`` reads ``xdist_group`` marks from rewritten node ids, which pytest 9.2 no longer
 carries (pytest-dev/pytest-xdist#1386): a group passed that way is silently split. So the groups are named here by
@@ -31,6 +31,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
             "tests/study/test_report.py::test_sweep_then_report_end_to_end"),
     "ddp": ("tests/callbacks/test_ddp.py::", "tests/callbacks/test_compatibility.py::test_ddp_on_cpu",
             "tests/callbacks/test_gradient_rank_monitor.py::test_under_ddp_"),
+    "offline": ("tests/offline/",),
 }
 EXAMPLES = "tests/examples/"
 

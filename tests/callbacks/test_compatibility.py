@@ -145,7 +145,8 @@ LAYER = "model.transformer.encoder.layers.0"  # one watched layer keeps its full
 ALL_TAGS = {f"rankme/{LAYER}", f"probe_acc/{LAYER}", "grad_erank", "grad_cov_rank", "hessian/eig_0", "llc"}
 
 
-@pytest.mark.parametrize("kind", ["tensorboard", "csv", "wandb", "mlflow", "none", "several"])
+@pytest.mark.parametrize("kind", ["tensorboard", "csv", pytest.param("wandb", marks=pytest.mark.slow), "mlflow", "none",
+                                  pytest.param("several", marks=pytest.mark.slow)])  # W&B's offline start is slow
 def test_every_logger(kind: str, tmp_path: Path) -> None:
     seed_everything(0, verbose=False)
     trainer = make_trainer(tmp_path, every_callback(), loggers(kind, tmp_path))
