@@ -27,7 +27,12 @@ T = TypeVar("T")
 # each group's tests by node id prefix, in the order the groups start: the record's regeneration is the longest
 GROUPS: dict[str, tuple[str, ...]] = {
     "record": ("tests/study/test_record.py::",),
-    "ray": ("tests/sweeps/", "tests/test_sweep.py::test_real_run_is_started_resumed_and_skipped",
+    "ray": ("tests/sweeps/test_launch.py::test_a_grid_runs_on_a_local_ray_",
+            "tests/sweeps/test_launch.py::test_a_killed_trial_resumes_and_a_crashing_one_fails_alone",
+            "tests/sweeps/test_functions.py::test_a_grid_of_a_function_runs_on_a_local_ray_",
+            "tests/sweeps/test_functions.py::test_a_killed_function_trial_resumes_at_its_checkpoint",
+            "tests/sweeps/test_cli.py::test_a_tiny_function_is_swept_on_a_local_ray_",
+            "tests/test_sweep.py::test_real_run_is_started_resumed_and_skipped",
             "tests/study/test_report.py::test_sweep_then_report_end_to_end"),
     "ddp": ("tests/callbacks/test_ddp.py::", "tests/callbacks/test_compatibility.py::test_ddp_on_cpu",
             "tests/callbacks/test_gradient_rank_monitor.py::test_under_ddp_"),
