@@ -25,7 +25,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=120)
 
 
-def test_help_lists_every_choice() -> None:
+@pytest.mark.slow
+def test_help_lists_every_choice() -> None:  # the script itself, in a process of its own
     result = run_cli("--help")
     assert result.returncode == 0
     for choice in (*tasks.TASKS, *tasks.DIFFICULTIES, *SIZES, *train.MEASURES):
@@ -37,11 +38,14 @@ def test_help_lists_every_choice() -> None:
     [("--task", "sorting", "copy, reverse"), ("--difficulty", "extreme", "easy, medium, hard"),
      ("--size", "giant", "xs, s, m")],
 )
-def test_bad_choice_exits_before_training(flag: str, value: str, listed: str) -> None:
+def test_bad_choice_exits_before_training(flag: str, value: str, listed: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--task", "sort", flag, value] if flag != "--task" else [flag, value]
-    result = run_cli(*args, "--logdir", "/nonexistent/never-created")
-    assert result.returncode != 0
-    assert "invalid choice" in result.stderr and listed.split(", ")[0] in result.stderr
+    with pytest.raises(SystemExit) as exited:
+        train.main([*args, "--logdir", "/nonexistent/never-created"])
+    assert exited.value.code != 0
+    stderr = capsys.readouterr().err
+    assert "invalid choice" in stderr and listed.split(", ")[0] in stderr
     assert not Path("/nonexistent/never-created").exists()
 
 
@@ -102,6 +106,7 @@ def test_unwritable_logdir_is_a_clear_error(tmp_path) -> None:
         train.main(["--task", "sort", "--difficulty", "easy", "--max-steps", "2", "--logdir", str(blocker / "x")])
 
 
+@pytest.mark.slow
 def test_tiny_run_leaves_what_the_spec_lists(tmp_path, capsys) -> None:
     summary = train.main(["--task", "sort", "--difficulty", "easy", "--max-steps", "48", "--eval-points", "6",
                           "--logdir", str(tmp_path), "--no-progress"])
@@ -143,6 +148,7 @@ def _probe_many(logdir: str) -> int:
     return 0
 
 
+@pytest.mark.slow
 def test_runs_started_at_once_into_one_folder_do_not_race(tmp_path) -> None:
     """Each process writes a probe file of its own: with a fixed name, one deleted another's and died."""
     import multiprocessing
@@ -186,6 +192,7 @@ def test_learning_rate_schedules(schedule: str, warmup: int, expected: list[floa
         CapabilityModule(size="xs", vocab_size=8, max_seq_len=4, lr_schedule="linear")
 
 
+@pytest.mark.slow
 def test_a_run_without_measures_still_records_everything(tmp_path) -> None:
     summary = train.main(["--task", "copy", "--difficulty", "easy", "--max-steps", "30", "--eval-points", "5",
                           "--measures", "none", "--logdir", str(tmp_path), "--no-progress", "--warmup-steps", "0",

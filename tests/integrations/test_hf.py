@@ -84,6 +84,7 @@ def train(tmp_path: Path, callbacks: list, resume: str | None = None, **settings
     return trainer
 
 
+@pytest.mark.slow
 def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
     rows = probe_rows()
     callback = CapgeoTrainerCallback(rows, num_rows=256, points=9, run_info={"task": "reverse"})
@@ -138,6 +139,7 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
         assert torch.equal(a, b), name
 
 
+@pytest.mark.slow
 def test_hugging_face_labels_give_accuracy_loss_and_probes_without_configuration(tmp_path: Path) -> None:
     """Probe rows as a Hugging Face dataset gives them (``input_ids`` and unshifted ``labels``): the positions that
     predict a label are the rows, every one of them (no warning about fewer rows than asked), the probes are on,
@@ -185,6 +187,7 @@ def test_attach_binds_to_the_trainer_s_callback_handler(attached: bool, tmp_path
     assert [step for step, logs in recorder.logs if ACC_KEY in logs] == ([0, 4] if attached else [])
 
 
+@pytest.mark.slow
 def test_resumed_run_rebuilds_its_series_from_the_log_history(tmp_path: Path) -> None:
     first = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9)
     train(tmp_path, [first], save_strategy="steps", save_steps=20)

@@ -67,6 +67,7 @@ def texts(events: Any, tag: str) -> list[tuple[int, str]]:
     return [(event.step, event.tensor_proto.string_val[0].decode()) for event in events.Tensors(f"{tag}/text_summary")]
 
 
+@pytest.mark.slow
 def test_every_measurement_reaches_every_logger_at_its_step(tmp_path: Path, mlflow_store: MlflowClient,
                                                             capfd: pytest.CaptureFixture[str]) -> None:
     callback = CapgeoTrainerCallback(probe_rows(), num_rows=256, points=9, run_info={"task": "reverse"})
@@ -143,6 +144,7 @@ def scripted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report_to: tup
     return callback
 
 
+@pytest.mark.slow
 def test_alerts_reach_the_loggers_when_raised(tmp_path: Path, mlflow_store: MlflowClient,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The alerts are text entries at the step they were raised, and the story card is published there."""
@@ -161,6 +163,7 @@ def test_alerts_reach_the_loggers_when_raised(tmp_path: Path, mlflow_store: Mlfl
     assert len(listed) == 2
 
 
+@pytest.mark.slow
 def test_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """W&B, read from its offline run file: every measurement in the history at its step (HF's
     ``train/global_step``), the alerts as W&B alerts and text tables, the story card, capgeo's hparams."""
