@@ -147,12 +147,14 @@ class RunCost(Callback):
     """What a run cost, carried in its checkpoints so a resumed run's totals are whole: CPU and wall seconds
     since ``fit`` began, summed over every part, and how many times it was resumed; at the end of fitting it adds
     them, with the accelerator and the machine, to the run info of the run's session, so the summary is written
-    once with them. Listed before the :class:`PrecursorDetector`, whose ``on_fit_end`` writes the summary.
+    once with them. Given its run's :class:`PrecursorDetector` and listed before it, whose ``on_fit_end`` writes the
+    summary.
 
     A part killed before it wrote a summary still counts up to its last checkpoint (the time after that
     checkpoint is recomputed by the resumed part, and counted there)."""
 
-    def __init__(self) -> None:
+    def __init__(self, detector: PrecursorDetector | None = None) -> None:
+        self.detector = detector
         self.cpu_seconds = 0.0
         self.wall_seconds = 0.0
         self.resumes = 0
@@ -164,9 +166,8 @@ class RunCost(Callback):
         self.accelerator = accelerator_name(trainer.strategy.root_device)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
-        if detector is not None:
-            detector.session.add_run_info(self.fields())
+        if self.detector is not None:
+            self.detector.session.add_run_info(self.fields())
 
     def fields(self) -> dict[str, Any]:
         """What the summary records of the cost: the totals, the accelerator and the machine."""
@@ -219,15 +220,17 @@ def make_datamodule(args: argparse.Namespace) -> tasks.TaskDataModule:
 
 
 class StopWhenLearned(Callback):
-    """Stop training ``evaluations`` evaluations after accuracy has held the detector's ``full_threshold``
-    (0.9) for ``patience`` evaluations: the record then shows the whole climb and what follows it."""
+    """Stop training ``evaluations`` evaluations after accuracy has held the ``detector``'s ``full_threshold``
+    (0.9) for ``patience`` evaluations: the record then shows the whole climb and what follows it. Listed after the
+    detector, so that it reads the validation the detector has just recorded."""
 
-    def __init__(self, evaluations: int = 0) -> None:
+    def __init__(self, detector: PrecursorDetector, evaluations: int = 0) -> None:
+        self.detector = detector
         self.evaluations = evaluations
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
-        if detector is None or trainer.sanity_checking:
+        detector = self.detector
+        if trainer.sanity_checking:
             return
         steps, accs = split_points(detector.acc)
         settings = detector.settings
@@ -343,13 +346,13 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     rules, run_info["registration"] = args.registered
     measures = build_measure_callbacks(args.measure_names, run_info=run_info, extra_selectors=args.extra_selectors,
                                        answer_len=datamodule.answer_len, rules=rules)
+    detector = measures[-1]  # build_measure_callbacks ends with the run's detector
     if args.stop_when_learned:
-        measures.append(StopWhenLearned(args.evals_after_learned))
-    run_cost = RunCost()
+        measures.append(StopWhenLearned(detector, args.evals_after_learned))
+    run_cost = RunCost(detector)
     trainer = build_trainer(args, [run_cost, *measures, *callbacks], logger)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    detector = next((cb for cb in measures if isinstance(cb, PrecursorDetector)), None)
-    written = json_safe(detector.summary) if detector is not None else {**run_cost.fields(), **run_info}
+    written = json_safe(detector.summary)
     summary = {**written, "run_dir": logger.log_dir}
     if trainer.is_global_zero:
         print_summary(summary, trainer)

@@ -14,7 +14,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import GradientMeasureCallback
+from capgeo_callbacks.engine.gradient import GradientMeasure
+from capgeo_callbacks.engine.joined import joined
 from capgeo_callbacks.integrations.compat import schedules_validation, validate_after_this_batch, validate_now
 from capgeo_callbacks.run.failures import check_positive_int
 from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
@@ -107,9 +108,9 @@ class EvaluationSchedule(Callback):
             return
         if not trainer.enable_validation:
             return
-        for callback in trainer.callbacks:
-            if isinstance(callback, GradientMeasureCallback):
-                callback.cache(batch, key=(0, 0))
+        for measure in joined(trainer).measures:  # the gradient measures' fixed batch, before step 0's measurement
+            if isinstance(measure, GradientMeasure):
+                measure.cache(batch, key=(0, 0))
         validate_now(trainer)
 
     @override
