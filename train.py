@@ -36,6 +36,7 @@ from capgeo_callbacks import (
 from capgeo_callbacks.callbacks.step_progress_bar import BarSafeHandler, StepProgressBar
 from capgeo_callbacks.detection import detect_hold, split_points
 from capgeo_callbacks.publish.text import rules_table, verdict_table
+from capgeo_callbacks.registry import build_measure_callbacks as registry_callbacks
 from capgeo_callbacks.registry import (
     default_measures,
     get_measure,
@@ -98,7 +99,7 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
                for name in measure_names()}
     if answer_len is not None:  # the answer rows the validation set has (no warning about fewer rows)
         options["probes"]["num_rows"] = min(options["probes"]["num_rows"], MIN_VAL_EXAMPLES * answer_len)
-    callbacks: list[Callback] = [spec.callback(**options[spec.name]) for spec in measure_specs() if spec.name in names]
+    callbacks = registry_callbacks(names, options)  # ILDR switched on in RankMe's monitor, on its rows
     callbacks += [RankMeMonitor(**{**options["rankme"], "selector": selector, "prefix": f"rankme_{selector}",
                                    "ildr_prefix": None}) for selector in extra_selectors
                   if selector != options["rankme"]["selector"]]
