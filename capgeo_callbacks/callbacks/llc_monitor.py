@@ -1,7 +1,9 @@
 r"""LLC monitor
 ===========
 
-The local learning coefficient (Lau et al., 2023) of the current weights by SGLD.
+The local learning coefficient (Lau et al., 2023) of the current weights by SGLD. Each estimate costs ``num_draws``
+SGLD steps of ``num_chains`` forward-backward passes on one batch: with the defaults, about 800 training steps' worth of
+compute, hence the sparse default ``every_n_evals``.
 """
 
 from __future__ import annotations
@@ -75,22 +77,17 @@ class LLCMonitor(GradientMeasureCallback):
     ``lr`` is too large) each warn once, naming the first step. The loss trace of the last estimate is
     kept in :attr:`last_estimate` (and the callback state) for the run summary.
 
-    Each estimate costs ``num_draws`` SGLD steps of ``num_chains`` forward-backward passes on one batch:
-    with the defaults, about 800 training steps' worth of compute, hence the sparse default
-    ``every_n_evals``.
+    The sampler's settings are :func:`~capgeo_callbacks.measures.llc.estimate_llc`'s, with its defaults:
+    ``num_chains`` SGLD chains, ``num_draws`` draws per chain (no burn-in, one step per draw), the step size ``lr``
+    (ε), ``localization`` (γ, the pull back to the current weights), ``nbeta`` (nβ; default b / log b for
+    b = ``batch_size``) and the ``seed`` of the chains' noise.
 
     Args:
         loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss; default answer-masked cross-entropy, for
             capgeo's dict batches only.
         every_n_evals: measure at every n-th validation.
-        num_chains: SGLD chains.
-        num_draws: draws per chain (no burn-in, one step per draw).
-        lr: the SGLD step size ε.
-        localization: γ, the pull back to the current weights.
-        nbeta: nβ; default b / log b for b = ``batch_size``.
         batch_size: examples per SGLD batch.
         num_batches: batches in the fixed data set (``num_batches * batch_size`` examples are cached).
-        seed: seed of the chains' noise.
         forward: ``forward(module, batch) -> output``; default ``module(batch["input_ids"])`` for a dict
             batch, ``module(batch[0])`` for a tuple.
 

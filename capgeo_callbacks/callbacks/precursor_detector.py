@@ -1,8 +1,17 @@
 r"""Precursor detector
 ==================
 
-The Lightning adapter of the run session: at every validation it feeds the session the monitored accuracy, the
-logged scalars and the series the measure callbacks own; at the end of fitting the session writes the summary.
+The Lightning adapter of the run engine (:mod:`capgeo_callbacks.engine`): it owns the run's engine and joins it to its
+Trainer at ``setup``; at the start of fitting it takes the measure callbacks that joined the Trainer (in the order of
+its callbacks) and hands them the overhead budget; at every validation it feeds the session the monitored accuracy
+(read from ``trainer.callback_metrics``, as ``EarlyStopping`` reads its ``monitor``), the logged scalars under
+``record``, the mean training loss since the previous evaluation, the learning rate and the measures' series. The
+session runs the rules (default: :func:`~capgeo_callbacks.rules.default_rules`), announces each alert once (a text
+entry ``capgeo/alerts`` in every logger, a W&B alert, a ``logging`` warning on the ``capgeo`` logger,
+``on_alert(alert)``), logs each forecast as ``forecast/<rule>``, and at the end of fitting writes
+``capgeo_summary.json`` to the run's log folder with the story figure, the verdict (``capgeo/verdict``), the RankMe
+heatmap and hparams. Side effects happen on rank zero only; the rules run on every rank on identical (synchronised)
+values.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from typing_extensions import override
 from capgeo_callbacks.detection import Alert, DetectionSettings
 from capgeo_callbacks.engine.joined import joined
 from capgeo_callbacks.engine.run import RunEngine
-from capgeo_callbacks.keys import LOGPROB, LR, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
+from capgeo_callbacks.keys import LOGPROB, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.loggers import TrainerPublisher
 from capgeo_callbacks.rules import Rule
 from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, OverheadSetting, steps_of
@@ -26,17 +35,8 @@ from capgeo_callbacks.run.failures import never_fails
 
 
 class PrecursorDetector(Callback):
-    r"""Run capgeo's rules on a Lightning run as it trains, announce their alerts and write the run's summary.
-
-    At every validation it records the monitored accuracy (like ``EarlyStopping``'s ``monitor``) and every logged
-    scalar under ``record``, with the mean training loss since the previous evaluation and the learning rate, and
-    hands them to its :class:`~capgeo_callbacks.run.session.RunSession` with the series of the measure callbacks
-    (:class:`~capgeo_callbacks.RankMeMonitor`, ...). The session runs the rules (default:
-    :func:`~capgeo_callbacks.rules.default_rules`), announces each alert once (a text entry ``capgeo/alerts`` in
-    every logger, a W&B alert, a ``logging`` warning on the ``capgeo`` logger, ``on_alert(alert)``), logs each
-    forecast as ``forecast/<rule>``, and at the end of fitting writes ``capgeo_summary.json`` to the run's log
-    folder with the story figure, the verdict (``capgeo/verdict``), the RankMe heatmap and hparams. Side effects
-    happen on rank zero only; the rules run on every rank on identical (synchronised) values.
+    r"""Run capgeo's rules on a Lightning run as it trains, announce their alerts and write the run's summary, fed by
+    the measure callbacks of its Trainer (:class:`~capgeo_callbacks.RankMeMonitor`, ...; module docstring).
 
     Args:
         monitor: accuracy key in ``trainer.callback_metrics``.
@@ -126,19 +126,6 @@ class PrecursorDetector(Callback):
                            batch_idx: int) -> None:
         self.engine.losses.add(outputs.get("loss") if isinstance(outputs, Mapping) else outputs)
 
-    def _scalars_now(self, trainer: pl.Trainer) -> dict[str, float]:
-        """Every scalar under ``record`` (not the monitor), the mean training loss since the last evaluation and
-        the first optimizer's learning rate."""
-        named = set(self.session.keys.renamed)
-        scalars = {tag: float(value) for tag, value in trainer.callback_metrics.items()
-                   if tag != self.monitor and (tag.startswith(self.record) or tag in named)}
-        loss = self.engine.losses.mean()
-        if loss is not None:
-            scalars[TRAIN_LOSS] = loss
-        if trainer.optimizers and trainer.optimizers[0].param_groups:
-            scalars[LR] = float(trainer.optimizers[0].param_groups[0]["lr"])
-        return scalars
-
     @override
     @never_fails
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -149,7 +136,9 @@ class PrecursorDetector(Callback):
             self.session.warn("monitor", f"monitored metric {self.monitor!r} was not logged; available: "
                               f"{', '.join(sorted(metrics)) or 'none'}")
             return
-        self.engine.evaluate(trainer.global_step, float(metrics[self.monitor]), self._scalars_now(trainer),
+        groups = trainer.optimizers[0].param_groups if trainer.optimizers else []
+        scalars = self.engine.scalars(metrics, self.record, float(groups[0]["lr"]) if groups else None)
+        self.engine.evaluate(trainer.global_step, float(metrics[self.monitor]), scalars,
                              TrainerPublisher(trainer, self.session.warn), max_steps=trainer.max_steps,
                              parameters=_parameters(pl_module))
 

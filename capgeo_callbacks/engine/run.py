@@ -14,17 +14,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
+from capgeo_callbacks.capture.measuring import measuring
+from capgeo_callbacks.capture.unit import HiddenStateUnit
 from capgeo_callbacks.detection.settings import DetectionSettings
-from capgeo_callbacks.engine.measure import Measure
-from capgeo_callbacks.keys import RANKME
+from capgeo_callbacks.engine.hidden import HiddenStateMeasure
+from capgeo_callbacks.engine.measure import Measure, ModelMeasure
+from capgeo_callbacks.keys import LR, RANKME, TRAIN_LOSS
 from capgeo_callbacks.publish.publisher import Publisher
 from capgeo_callbacks.rules import Rule, default_rules
+from capgeo_callbacks.run.budget import FIXED
 from capgeo_callbacks.run.failures import WarnOnce
 from capgeo_callbacks.run.session import Measurements, RunSession
 from capgeo_callbacks.run.tracker import TrackerUpdate
 
-__all__ = ["RunEngine", "TrainingLoss"]
+__all__ = ["PASS_WORK", "RunEngine", "TrainingLoss"]
+
+PASS_WORK = "measuring pass"  # the forward pass of an evaluation the engine drives: fixed work of the budget
 
 
 class RunEngine:
@@ -102,6 +109,45 @@ class RunEngine:
             own = {tag: value for tag, value in values.items() if measure.owns(tag) and tag not in recorded}
             recorded.update(measure.add_values(step, own) if own else {})
         return recorded
+
+    def measure(self, model: nn.Module, step: int,
+                run_pass: Callable[[Sequence[HiddenStateUnit]], dict[str, float]]) -> tuple[dict[str, float],
+                                                                                            dict[str, float]]:
+        """An evaluation the engine drives itself, where no framework pass is there to ride on (a Hugging Face
+        Trainer): the measures due at ``step`` (each asked once), those of the model first, then ``run_pass(units)``,
+        a forward pass feeding the due hidden-state measures' units, which returns the scores it made (fixed work of
+        the overhead budget: it gives the accuracy). In eval mode, without gradients but where a gradient measure
+        takes them, the RNG forked (training is unchanged). Returns the values by tag (not yet recorded:
+        :meth:`record`) and the scores."""
+        due = [measure for measure in self.measures if measure.due(step)]
+        hidden = [measure for measure in due if isinstance(measure, HiddenStateMeasure)]
+        values: dict[str, float] = {}
+        if self.session.budget is not None:
+            self.session.budget.add_work(PASS_WORK, FIXED)
+        with measuring(model):
+            for measure in due:
+                if isinstance(measure, ModelMeasure):
+                    with measure.timed():
+                        values.update(measure.measure_model(model, step))
+            with self.session.timing(PASS_WORK):
+                scores = run_pass([measure.unit for measure in hidden])
+            for measure in hidden:
+                values.update(measure.conclude(step))
+        return values, scores
+
+    def scalars(self, logged: Mapping[str, Any], prefixes: Sequence[str], lr: float | None) -> dict[str, float]:
+        """What an evaluation records beside the accuracy: the ``logged`` scalars under ``prefixes`` (and those the
+        session names: the log-prob, the per-token accuracy, the loss) but the monitor, the mean training loss since
+        the previous evaluation (:attr:`losses`) and the learning rate ``lr``."""
+        keys, named = self.session.keys, set(self.session.keys.renamed)
+        scalars = {tag: float(value) for tag, value in logged.items()
+                   if tag != keys.monitor and (tag.startswith(tuple(prefixes)) or tag in named)}
+        loss = self.losses.mean()
+        if loss is not None:
+            scalars[TRAIN_LOSS] = loss
+        if lr is not None:
+            scalars[LR] = lr
+        return scalars
 
     def evaluate(self, step: int, acc: float, scalars: Mapping[str, float] | None, publisher: Publisher, *,
                  max_steps: int | None = None, parameters: int | None = None) -> TrackerUpdate:

@@ -127,8 +127,10 @@ def test_the_same_batch_gives_the_same_values_live_under_hugging_face_and_offlin
 
     # Hugging Face: the callback's one pass over the probe rows with output_hidden_states
     adapter[0] = "hugging face"
-    callback = CapgeoTrainerCallback(probe_rows, num_rows=ROWS, batch_size=32)
-    hf, scalars = callback.measure(tiny_neox(0), "cpu")
+    callback = CapgeoTrainerCallback(probe_rows, num_rows=ROWS, batch_size=32, measures="rankme,ildr,probes")
+    model = tiny_neox(0)
+    hf, scalars = callback.measure(model, 0)
+    assert set(callback.engine.record(0, hf)) == set(hf)
     assert set(scalars) == {"val/acc", "val/token_acc", "val/logprob", "val/loss"}
 
     # offline: the saved revision analysed on the same rows
