@@ -347,13 +347,14 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     rules, run_info["registration"] = args.registered
     measures = build_measure_callbacks(args.measure_names, run_info=run_info, extra_selectors=args.extra_selectors,
                                        answer_len=datamodule.answer_len, rules=rules)
-    detector = measures[-1]  # build_measure_callbacks ends with the run's detector
-    if args.stop_when_learned:
+    # the run's detector, built last (none where embedding code builds no callback), handed to those that read it
+    detector = measures[-1] if measures and isinstance(measures[-1], PrecursorDetector) else None
+    if args.stop_when_learned and detector is not None:
         measures.append(StopWhenLearned(detector, args.evals_after_learned))
     run_cost = RunCost(detector)
     trainer = build_trainer(args, [run_cost, *measures, *callbacks], logger)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    written = json_safe(detector.summary)
+    written = json_safe(detector.summary) if detector is not None else {**run_cost.fields(), **run_info}
     summary = {**written, "run_dir": logger.log_dir}
     if trainer.is_global_zero:
         print_summary(summary, trainer)
