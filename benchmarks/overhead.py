@@ -287,8 +287,9 @@ def describe(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def machine_name(rows: Sequence[dict[str, Any]]) -> str:
+    """The CPU and its cores (the host's name stays in the results' provenance, not on the pages)."""
     found = rows[0]["provenance"]["machine"]
-    return f"{found['cpu']}, {found['cores']} cores ({found['node']})"
+    return f"{found['cpu']}, {found['cores']} cores"
 
 
 def line(rows: Sequence[dict[str, Any]]) -> str:

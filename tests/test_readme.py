@@ -7,6 +7,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
@@ -32,3 +34,29 @@ def test_every_module_the_readme_runs_exists() -> None:
 
 def test_no_placeholder_is_left() -> None:
     assert not re.search(r"\b(TODO|TBD|XXX|[A-Z]+_(TABLE|N))\b", README)
+
+
+def test_the_acquisition_defaults_it_quotes_are_the_librarys() -> None:
+    from capgeo_callbacks import DetectionSettings
+
+    found = DetectionSettings()
+    assert f"DetectionSettings(threshold={found.threshold:g}, patience={found.patience})" in README
+
+
+def test_the_line_that_adds_the_probability_runs_as_printed() -> None:
+    """The one line, run on a folder of finished runs (the registered calibration runs of capgeo's own tasks, in place
+    of the user's lightning_logs/): the detector runs the default rules and a fitted probability."""
+    pytest.importorskip("lifelines")
+    from capgeo_callbacks import PrecursorDetector, default_rules
+    from capgeo_callbacks.rules import SurvivalForecaster
+    from capgeo_callbacks.scoring import load_runs
+
+    line = re.search(r"`(PrecursorDetector\(rules=\[\*default_rules\(\), SurvivalForecaster\(\)[^`]*)`",
+                     README).group(1)
+    folder = str(ROOT / "corpus" / "who-learns" / "calibration")
+    scope = {"PrecursorDetector": PrecursorDetector, "default_rules": default_rules,
+             "SurvivalForecaster": SurvivalForecaster, "load_runs": load_runs}
+    detector = eval(line.replace('"lightning_logs/"', repr(folder)), scope)  # noqa: S307 - the README's own line
+    names = [rule.name for rule in detector.session.rules]
+    assert names[:-1] == [rule.name for rule in default_rules()] and names[-1] == "survival"
+    assert detector.session.rules[-1].coef_ is not None

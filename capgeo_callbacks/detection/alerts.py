@@ -36,6 +36,12 @@ class Alert:
         return f"capgeo {self.rule} alert at step {self.step}: {self.evidence}"
 
 
+# said with the run's precursor alert: a RankMe dip and recovery comes early in nearly every run, shuffled-answer
+# controls included (docs/evidence.md), so it is no forecast
+WHAT_IT_SAYS = ("Such a dip comes early in most runs, also in runs that never learn: it says training has started, "
+                "not that the task is coming")
+
+
 @dataclass(frozen=True, kw_only=True)
 class CollapseAlert(Alert):
     """An alert of the geometry rules: a layer's RankMe collapsed and recovered while the run had not acquired.
@@ -68,6 +74,8 @@ class CollapseAlert(Alert):
                         f"{self.step - self.collapse_step} steps since the trough")
         if self.kind == "run" and len(self.layers) > 1:
             evidence += f"; layers {', '.join(self.layers)}"
+        if self.kind == "run":
+            evidence += f". {WHAT_IT_SAYS}"
         return (f"capgeo precursor alert at step {self.step}: RankMe of {where} collapsed at step "
                 f"{self.collapse_step} (floor {self.floor:.2f}) and recovered by step {self.recovery_step}, "
                 f"while {monitor} is still below the acquisition threshold{evidence}")

@@ -162,6 +162,11 @@ class RunSession:
         return self.tracker.keys.monitor
 
     @property
+    def rules(self) -> tuple[Rule, ...]:
+        """The rules it runs, in order."""
+        return tuple(self.tracker.rules)
+
+    @property
     def acc(self) -> list[list[float]]:
         """``[[step, accuracy], ...]`` at every evaluation so far."""
         return self.tracker.acc

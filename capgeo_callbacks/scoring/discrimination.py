@@ -51,7 +51,8 @@ from capgeo_callbacks.keys import ACC, LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, TR
 from capgeo_callbacks.publish.text import markdown_row
 from capgeo_callbacks.rules import Rule, RunView, rule_output
 
-__all__ = ["LEGEND", "MIN_GROUP", "SHARES", "Auroc", "auroc", "discrimination", "discrimination_table"]
+__all__ = ["LEGEND", "MIN_GROUP", "SHARES", "Auroc", "auroc", "discrimination", "discrimination_table",
+           "discriminations"]
 
 SHARES = (0.1, 0.25, 0.5)
 MIN_GROUP = 2  # runs in each group for a figure: with one, every resample is the same pair
@@ -270,34 +271,50 @@ def discrimination(runs: Sequence[Any], fired: Mapping[str, Mapping[str, int | N
         those that never do), ``left_out`` (by reason) and ``rows`` (per score: ``name``, ``direction``, ``source``
         and ``cells``, an :class:`Auroc` per column).
     """
-    if directions not in DIRECTIONS:
-        raise ValueError(f"unknown directions {directions!r}; choose one of {', '.join(DIRECTIONS)}")
+    return discriminations(runs, fired, forecasters, shares, calibration, (directions,))[directions]
+
+
+def discriminations(runs: Sequence[Any], fired: Mapping[str, Mapping[str, int | None]] | None = None,
+                    forecasters: Sequence[Rule] = (), shares: Sequence[float] = SHARES,
+                    calibration: Sequence[Any] | None = None, directions: Sequence[str] = DIRECTIONS
+                    ) -> dict[str, dict[str, Any]]:
+    """:func:`discrimination` under each way of fixing directions in ``directions`` (keyed by it), from one reading
+    of the runs: every score's values and every calibration AUROC are computed once, and a cell on which two ways
+    agree (the same score in the same direction) is computed once."""
+    unknown = [way for way in directions if way not in DIRECTIONS]
+    if unknown:
+        raise ValueError(f"unknown directions {unknown[0]!r}; choose one of {', '.join(DIRECTIONS)}")
     scores = [Score(BASELINE, _baseline, 1, "constant"), *series_scores(runs)]
     scores += [warning_score(name, steps) for name, steps in (fired or {}).items()]
     scores += [forecast_score(rule) for rule in forecasters]
     tasks = sorted({run.group for run in runs if not run.control})
-    found: dict[str, Any] = {}
+    found: dict[str, dict[str, Any]] = {way: {} for way in directions}
     for share in shares:
         kept, left = population(runs, share)
         values = {score.name: [(run, score.value(run, run.view.prefix(end)), positive) for run, end, positive in kept]
                   for score in scores}
-        chosen = _calibrated(scores, calibration, share, directions == "point")
+        measured = _calibration_aurocs(scores, calibration, share, interval="interval" in directions)
         groups = {"pooled": kept, **{task: [k for k in kept if k[0].group == task] for task in tasks}}
-        rows = []
-        for score in scores:
-            direction, source = chosen.get(score.name, (score.direction, score.source))
-            cells = {column: _cell([v for v in values[score.name] if v[0].group == column or column == "pooled"],
-                                   direction) for column in groups}
-            rows.append({"name": score.name, "direction": direction, "source": source, "cells": cells})
-        found[f"{share:g}"] = {"groups": {c: (sum(p for *_, p in g), sum(not p for *_, p in g))
-                                          for c, g in groups.items()}, "left_out": left, "rows": rows}
+        sizes = {c: (sum(p for *_, p in g), sum(not p for *_, p in g)) for c, g in groups.items()}
+        cells: dict[tuple[str, int], dict[str, Auroc]] = {}
+        for way in directions:
+            chosen = {name: _direction(found_auroc, way == "point") for name, found_auroc in measured.items()}
+            rows = []
+            for score in scores:
+                direction, source = chosen.get(score.name, (score.direction, score.source))
+                key = (score.name, direction or 1)
+                if key not in cells:
+                    cells[key] = {column: _cell([v for v in values[score.name] if v[0].group == column
+                                                 or column == "pooled"], direction) for column in groups}
+                rows.append({"name": score.name, "direction": direction, "source": source, "cells": cells[key]})
+            found[way][f"{share:g}"] = {"groups": sizes, "left_out": left, "rows": rows}
     return found
 
 
-def _calibrated(scores: Sequence[Score], calibration: Sequence[Any] | None, share: float, point: bool = False
-                ) -> dict[str, tuple[int | None, str]]:
-    """The directions of the scores without one a priori, from the calibration runs' AUROC at ``share``: where its
-    95% interval excludes 0.5 (``point``: on whichever side of 0.5 it lies)."""
+def _calibration_aurocs(scores: Sequence[Score], calibration: Sequence[Any] | None, share: float,
+                        interval: bool = True) -> dict[str, Auroc]:
+    """The calibration runs' AUROC at ``share`` of each score without a direction a priori (raw values; with its
+    interval where ``interval``)."""
     if not calibration:
         return {}
     kept, _ = population(calibration, share)
@@ -307,19 +324,23 @@ def _calibrated(scores: Sequence[Score], calibration: Sequence[Any] | None, shar
             continue
         values = [(score.value(run, run.view.prefix(end)), positive) for run, end, positive in kept]
         values = [(v, p) for v, p in values if not math.isnan(v)]
-        found_auroc = auroc([v for v, p in values if p], [v for v, p in values if not p], interval=not point)
-        value = found_auroc.value
-        if value is None:
-            found[score.name] = (None, "none: calibration inconclusive")
-        elif point:
-            found[score.name] = (1 if value >= 0.5 else -1, f"calibration, AUROC {value:.2f} there")
-        elif found_auroc.low > 0.5 or found_auroc.high < 0.5:  # type: ignore[operator]
-            found[score.name] = (1 if value > 0.5 else -1, f"calibration, AUROC {found_auroc.value:.2f} "
-                                                           f"[{found_auroc.low:.2f}, {found_auroc.high:.2f}] there")
-        else:
-            found[score.name] = (None, f"no direction: calibration AUROC {value:.2f} [{found_auroc.low:.2f}, "
-                                       f"{found_auroc.high:.2f}] holds 0.5")
+        found[score.name] = auroc([v for v, p in values if p], [v for v, p in values if not p], interval=interval)
     return found
+
+
+def _direction(found_auroc: Auroc, point: bool) -> tuple[int | None, str]:
+    """A direction and its source from a calibration AUROC: where its 95% interval excludes 0.5 (``point``: on
+    whichever side of 0.5 it lies)."""
+    value = found_auroc.value
+    if value is None:
+        return None, "none: calibration inconclusive"
+    if point:
+        return (1 if value >= 0.5 else -1), f"calibration, AUROC {value:.2f} there"
+    if found_auroc.low > 0.5 or found_auroc.high < 0.5:  # type: ignore[operator]
+        return (1 if value > 0.5 else -1), (f"calibration, AUROC {value:.2f} [{found_auroc.low:.2f}, "
+                                            f"{found_auroc.high:.2f}] there")
+    return None, (f"no direction: calibration AUROC {value:.2f} [{found_auroc.low:.2f}, {found_auroc.high:.2f}] "
+                  "holds 0.5")
 
 
 # ------------------------------------------------------------------------------------------- tables

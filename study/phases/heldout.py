@@ -204,13 +204,21 @@ def machines(s: dict[str, Any]) -> str:
             f"{_where([run.summary for run in s['runs']])}.")
 
 
+def device(machine: str | None) -> str:
+    """The device a summary's ``machine`` names, without the host: ``host (NVIDIA H200)`` -> ``NVIDIA H200``,
+    ``host (cpu (x86_64))`` -> ``CPU``."""
+    found = re.search(r"\((.*)\)\s*$", machine or "")
+    inner = found.group(1) if found else (machine or "an unrecorded machine")
+    return "CPU" if inner.startswith("cpu") else inner
+
+
 def _where(summaries: list[dict[str, Any]]) -> str:
     seen: dict[tuple, int] = {}
     for summary in summaries:
         key = (summary.get("machine"), summary.get("torch"), (summary.get("commit") or "")[:8],
                summary.get("uncommitted_changes"))
         seen[key] = seen.get(key, 0) + 1
-    return " and ".join(f"{machine} with torch {torch_version} at `{commit}`"
+    return " and ".join(f"{device(machine)} with torch {torch_version} at `{commit}`"
                         + (", uncommitted changes" if dirty else (", a clean tree" if dirty is False else ""))
                         + f" ({n} runs)" for (machine, torch_version, commit, dirty), n in seen.items())
 
@@ -265,7 +273,7 @@ def who_will_learn(s: dict[str, Any]) -> str:
     scored after the test, no registered target."""
     from capgeo_callbacks.scoring import LEGEND, discrimination_table
 
-    return ("Not a registered target (the scorer measures it since issue 37; this test was registered before). "
+    return ("Not a registered target (the scorer measured it only after this test was registered). "
             "Precision above counts the runs an alert preceded; here, whether a score ranks the runs that will "
             f"acquire above those that will not. {LEGEND}\n\n" + discrimination_table(s["discrimination"]))
 
@@ -286,7 +294,7 @@ def brief(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") 
              f"({sum(r.acquired_fully and not r.control for r in runs)} of them fully), "
              f"{sum(r.acquisition is None and not r.control for r in runs)} never did and "
              f"{sum(r.control for r in runs)} are controls ([docs/heldout.md](docs/heldout.md)). {scope(s)} "
-             f"{machines(s)}", ""]
+             "Where each set of runs was made: [docs/heldout.md](docs/heldout.md).", ""]
     lines += ["| warning | precision | recall | false alarms on controls | median lead (share of the time to "
               "acquisition) |", "| --- | --- | --- | --- | --- |"]
     notes = {frozen["warning"]["name"]: " (registered)", "study": " (RankMe collapse)", "loss-onset": " (loss only)",
@@ -352,9 +360,10 @@ def _cpu_verdict(s: dict[str, Any]) -> str:
             + " the clock fitted on the CPU calibration seeds")
 
 
-def early_collapse(phases: Sequence[str] = ("hard", "controls", "heldout")) -> str:
+def warmup_dips(phases: Sequence[str] = ("hard", "controls", "heldout")) -> dict[str, Any]:
     """How far every layer's RankMe falls inside the warm-up (from the highest value before its lowest there), in
-    every run of ``phases``, and how many acquired runs recover before acquisition (verdict ``precursor``)."""
+    every run of ``phases``: the runs, the smallest such fall, and how many acquired runs recover before acquisition
+    (verdict ``precursor``)."""
     from capgeo_callbacks.run.summary import read_summary
     from study.phases.ablation import troughs
 
@@ -366,9 +375,17 @@ def early_collapse(phases: Sequence[str] = ("hard", "controls", "heldout")) -> s
             if summary.get("acquisition_step") is not None:
                 acquired += 1
                 precursors += summary.get("verdict") == "precursor"
-    return (f"In each of the {len(drops)} runs of the {', '.join(phases)} phases, shuffled-answer controls included, "
-            f"every layer's RankMe falls by at least {min(drops):.0%} of its peak inside the learning-rate warm-up; "
-            f"{precursors} of the {acquired} that go on to acquire recover before they do.")
+    return {"phases": tuple(phases), "runs": len(drops), "least_drop": min(drops), "acquired": acquired,
+            "precursors": precursors}
+
+
+def early_collapse(phases: Sequence[str] = ("hard", "controls", "heldout")) -> str:
+    """:func:`warmup_dips` in words."""
+    found = warmup_dips(phases)
+    return (f"In each of the {found['runs']} runs of the {', '.join(phases)} phases, shuffled-answer controls "
+            f"included, every layer's RankMe falls by at least {found['least_drop']:.0%} of its peak inside the "
+            f"learning-rate warm-up; {found['precursors']} of the {found['acquired']} that go on to acquire recover "
+            "before they do.")
 
 
 def study_rule(registration: Path = REGISTRATION, folder: Path = CORPUS / "heldout") -> str:

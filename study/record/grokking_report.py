@@ -8,10 +8,12 @@ were met and by how much the others were missed.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ import numpy as np
 
 from capgeo_callbacks.rules import SurvivalForecaster, make_rule
 from capgeo_callbacks.scoring import ScoredRun
-from capgeo_callbacks.scoring.discrimination import LEGEND, discrimination, discrimination_table
+from capgeo_callbacks.scoring.discrimination import LEGEND, discrimination_table, discriminations
 from capgeo_callbacks.scoring.scores import (
     Rate,
     bootstrap_median,
@@ -49,6 +51,7 @@ from study.record import registered as shared
 DOC = ROOT / "docs" / "grokking.md"
 OUT_OF_FAMILY = ROOT / "study" / "who_learns_fitted.json"
 SHARES = (0.25, 0.5)
+GROK = ("grok", "grokked")  # the event's words on this page
 
 
 def with_facts(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,7 +144,7 @@ def forecast_rows(runs: Sequence[ScoredRun], fitted: Mapping[str, Any], rules: S
         errors = static_errors(runs, predict)
         finite = [e for e in errors if math.isfinite(e)]
         entry = {"n": len(errors), "median_error": float(np.median(errors)) if errors else None,
-                 "interval": bootstrap_median(errors) if finite else None}
+                 "interval": bootstrap_median(errors) if finite else None, "no_forecast": len(errors) - len(finite)}
         rows.append({"name": name, "median": entry["median_error"], "entry": entry, "coverage": None})
     twice = shared.twice_now_at_half(runs)
     rows.append({"name": "twice the current step", "median": twice["median_error"], "entry": twice,
@@ -157,13 +160,90 @@ def cost_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{statistics.median(values) / 60:.1f} CPU-minutes a run)" for phase, values in by_phase.items()]
 
 
-def page(path: Path = REGISTRATION) -> str:
-    found = registration(path)
-    gap = late_steps(path)
+@dataclass(frozen=True)
+class Figures:
+    """Everything the page and the README's lines read, computed once per process and registration
+    (:func:`figures`)."""
+
+    registration: Mapping[str, Any]
+    gap: int
+    calibration: Sequence[Mapping[str, Any]]
+    heldout: Sequence[Mapping[str, Any]]
+    fitted: Mapping[str, Any]
+    cal_runs: Sequence[ScoredRun]
+    runs: Sequence[ScoredRun]
+    rules: Sequence[SurvivalForecaster]  # in family, then out of family where it exists
+    warnings: Sequence[Any]
+    strict: Mapping[str, Any]  # the AUROC tables, directions fixed only where calibration's interval excludes 0.5
+    registered: Mapping[str, Any]  # the same, directions fixed as registered (calibration's side of 0.5)
+    forecasts: Sequence[Mapping[str, Any]]  # each forecaster at half the time to grokking
+    settings: Sequence[Mapping[str, Any]]
+
+
+def run_settings(run: ScoredRun) -> dict[str, Any]:
+    """A run's settings as the settings-alone model reads them: the operation, and the weight decay and the
+    training fraction as numbers (the held-out fractions lie between the calibration ones)."""
+    settings = run.summary["settings"]
+    return {"operation": str(settings["operation"]), "weight decay": float(settings["weight_decay"]),
+            "training fraction": float(settings["fraction"])}
+
+
+def probability_at(rule: SurvivalForecaster) -> Callable[[ScoredRun, int], float]:
+    """The probability at a run's first ``end`` evaluations (NaN where it gives none)."""
+    live = shared.probability(rule)
+
+    def value(run: ScoredRun, end: int) -> float:
+        found = live(run.view.prefix(end))
+        return math.nan if found is None else found
+    return value
+
+
+@functools.cache
+def figures(path: Path = REGISTRATION) -> Figures:
     calibration, heldout = load("calibration", path), load("heldout", path)
     fitted = json.loads(FITTED.read_text())
     cal_runs, runs = scored(calibration), scored(heldout)
     rules = survival_rules(fitted)
+    warnings = [rules[0], make_rule("study"), make_rule("probe-crossing"), make_rule("loss-onset")]
+    fired = {rule.name: {run.name: first_warning(rule, run.view) for run in [*runs, *cal_runs]}
+             for rule in warnings[1:]}
+    both = discriminations(runs, fired=fired, forecasters=rules, shares=SHARES, calibration=cal_runs)
+    settings = shared.settings_rows(runs, cal_runs, run_settings, probability_at(rules[0]), SHARES)
+    return Figures(registration(path), late_steps(path), calibration, heldout, fitted, cal_runs, runs, rules,
+                   warnings, both["interval"], both["point"],
+                   forecast_rows(runs, fitted, [rules[0], *rules[1:], make_rule("acc-trend")]), settings)
+
+
+def targets(f: Figures) -> list[tuple[str, str]]:
+    """Each registered target as judged as registered: the page's line and the README's clause."""
+    targets = f.registration["targets"]
+    ours_name = f"forecast: {f.rules[0].name}"
+    half = shared.pooled(f.registered, 0.5).get(ours_name)
+    half_value = half.value if half else None
+    floor = targets["probability_auroc_at_half_budget_at_least"]
+    law = next(row for row in f.forecasts if row["name"].startswith("power law"))
+    ours = f.forecasts[0]
+    law_half = 0.5 * law["median"] if law["median"] is not None else math.nan
+    coverage: Rate = ours["coverage"]
+    cover = targets["interval_coverage_at_least"]
+    return [(f"The probability's AUROC at 50% of the budget >= {floor}: {shared.fmt(half_value)}, "
+             f"{shared.met(half_value, floor)} (Wang et al. 2026 report about 0.93 offline).",
+             f"the probability's AUROC at half the budget >= {floor}: "
+             f"{shared.met(half_value, floor).split(' by')[0]} ({shared.fmt(half_value)})"),
+            (f"Its forecast's median error at half the time to grokking at most half the power law's: "
+             f"{shared.fmt(ours['median'])} against 0.5 x {shared.fmt(law['median'])}, "
+             f"{shared.met(ours['median'], law_half, False)}.",
+             f"its forecast's error at half the time to grokking at most half the power law's: "
+             f"{shared.met(ours['median'], law_half, False).split(' by')[0]} ({shared.fmt(ours['median'])} against "
+             f"0.5 x {shared.fmt(law['median'])})"),
+            (f"Its interval's coverage >= {cover}: {coverage}, {shared.met(coverage.value, cover)}.",
+             f"its interval's coverage >= {cover}: {shared.met(coverage.value, cover).split(' by')[0]} ({coverage})")]
+
+
+def page(path: Path = REGISTRATION) -> str:
+    f = figures(path)
+    found, gap, calibration, heldout, fitted = f.registration, f.gap, f.calibration, f.heldout, f.fitted
+    cal_runs, runs, rules = f.cal_runs, f.runs, f.rules
     inside = rules[0]
     numbers = counts(heldout, gap)
     parts = [
@@ -181,18 +261,17 @@ def page(path: Path = REGISTRATION) -> str:
         f"Held-out runs (seeds {', '.join(map(str, found['heldout']['seeds']))}): {len(heldout)}, of which "
         f"{numbers['late']} grokked late (training accuracy 0.9 at least {gap} steps before validation accuracy held "
         f"0.5), {numbers['prompt']} grokked without that delay, {numbers['never']} never grokked within "
-        f"{found['fixed']['max_steps']:,} steps, and {numbers['control']} are shuffled-answer controls.",
+        f"{found['fixed']['max_steps']:,} steps, and {numbers['control']} are shuffled-answer controls. At each "
+        "share of the budget the AUROC counts the non-control runs not yet grokked there: the controls and the runs "
+        "grokked by then are left out (the counts below say how many).",
         "",
         *shared.partial_note(len(heldout), len(configs("heldout", path))),
         outcomes_table(heldout, gap),
         "",
-        "Which commit added which held-out runs, and the code each ran (the fit's commit):",
-        "",
-        shared.commits_table(FOLDER / "heldout", heldout),
-        "",
         "What the probability reads: the elapsed share of the budget, the accuracy (its level, gain and slope), the "
         "validation loss (its fall and slope) and the weight norm (its change and slope). **It holds no geometric "
-        "feature** (no RankMe, no probe).",
+        "feature** (no RankMe, no probe). How well the runs' settings alone tell them apart: "
+        "[below](grokking.md#the-runs-settings-alone-exploratory-added-after-the-registration).",
         "",
         "## Will it grok within the budget? (AUROC)",
         "",
@@ -201,25 +280,33 @@ def page(path: Path = REGISTRATION) -> str:
         f"`{shared.GAP}`: the train-validation loss gap. Each registered warning scores 1 once it has alerted.",
         "",
     ]
-    warning_rules = [inside, make_rule("study"), make_rule("probe-crossing"), make_rule("loss-onset")]
-    fired = {rule.name: {run.name: first_warning(rule, run.view) for run in [*runs, *cal_runs]}
-             for rule in warning_rules[1:]}
-    found_auroc = discrimination(runs, fired=fired, forecasters=rules, shares=SHARES, calibration=cal_runs)
-    parts += [discrimination_table(found_auroc), ""]
+    parts += [discrimination_table(f.strict), ""]
     ours_name = f"forecast: {inside.name}"
+    probability = probability_at(inside)
     for share in SHARES:
-        better = shared.beaten_by(found_auroc, share, ours_name)
-        parts.append(f"- At {share:.0%} of the budget the probability's pooled AUROC is "
-                     f"{shared.pooled(found_auroc, share).get(ours_name)}; "
-                     + ("tied or beaten by: " + "; ".join(better) + "." if better else "no baseline ties or beats it."))
-    registered_way = discrimination(runs, fired=fired, forecasters=rules, shares=SHARES, calibration=cal_runs,
-                                    directions="point")
+        better = shared.beaten_by(f.strict, share, ours_name)
+        closest = shared.closest_series(f.strict, share)
+        paired = "" if closest is None else (
+            f" The closest single series, {closest['name']} ({closest['cells']['pooled'].value:.2f}): the "
+            "probability's AUROC minus that series', paired: "
+            + shared.shown(shared.paired_auroc(runs, share, probability,
+                                               shared.series_value(runs, closest["name"], closest["direction"])))
+            + ".")
+        parts.append(f"- At {share:.0%} of the budget ({shared.left_out_words(runs, share, GROK)}) the probability's "
+                     f"pooled AUROC is {shared.pooled(f.strict, share).get(ours_name)}; "
+                     + ("tied or beaten by: " + "; ".join(better) + "." if better else "no single series ties or "
+                        "beats it.") + paired)
     parts += ["", "The registration fixed each series' direction by the calibration AUROC's side of 0.5, whatever its "
               "interval; where that differs from the strict direction above, its column:", "",
-              shared.registered_directions(found_auroc, registered_way), ""]
-    half = shared.pooled(registered_way, 0.5).get(ours_name)
-    half_value = half.value if half else None
-    scores = [warning_scores(rule, runs) for rule in warning_rules]
+              shared.registered_directions(f.strict, f.registered), ""]
+    for share in SHARES:
+        better = shared.beaten_by(f.registered, share, ours_name)
+        parts.append(f"- At {share:.0%} of the budget, with the directions as registered, the probability is "
+                     + ("tied or beaten by: " + "; ".join(better) + "." if better else "tied or beaten by no single "
+                        "series."))
+    parts += ["", *shared.settings_section(f.settings, "each run's operation, weight decay and training fraction",
+                                           sum(not run.control for run in cal_runs)), ""]
+    scores = [warning_scores(rule, runs) for rule in f.warnings]
     parts += ["## Warnings (as registered)", "",
               "A warning counts only before grokking. The probability's warning: it first reaches 0.5.", "",
               warning_table(scores), "", "## The probability's alert", "",
@@ -230,32 +317,21 @@ def page(path: Path = REGISTRATION) -> str:
     parts += ["## The forecast at shares of the budget", "",
               *shared.forecast_section({inside.name: shared.rule_predictor(inside),
                                  "acc-trend": shared.rule_predictor(make_rule("acc-trend")), **statics}, runs), ""]
-    rows = forecast_rows(runs, fitted, [inside, *rules[1:], make_rule("acc-trend")])
     parts += ["## When? The grokking step forecast at half the time to it (as registered)", "",
               "At half the time to grokking, \"twice the current step\" is exact by construction (but for the "
               "evaluations' spacing): its row says so.", "",
-              "| forecaster | median error [95%] | interval holds the step |", "| --- | --- | --- |"]
-    for row in rows:
-        parts.append(f"| {row['name']} | {error_text(row['entry'])} (n={row['entry']['n']}) | "
-                     f"{row['coverage'] if row['coverage'] is not None else '-'} |")
-    law = next(row for row in rows if row["name"].startswith("power law"))
-    ours = rows[0]
-    coverage: Rate = ours["coverage"]
-    targets = found["targets"]
+              "| forecaster | median error [95%] | runs without a forecast | interval holds the step |",
+              "| --- | --- | --- | --- |"]
+    for row in f.forecasts:
+        entry = row["entry"]
+        parts.append(f"| {row['name']} | {error_text(entry)} (n={entry['n']}) | {entry['no_forecast']} of "
+                     f"{entry['n']} | {row['coverage'] if row['coverage'] is not None else '-'} |")
     parts += ["", "## Targets, as registered", "",
               "Judged as registered (directions as registered); ties with a baseline are said on the AUROC lines "
-              "above.", "",
-              f"- The probability's AUROC at 50% of the budget >= "
-              f"{targets['probability_auroc_at_half_budget_at_least']}: "
-              f"{'-' if half_value is None else f'{half_value:.2f}'}, "
-              f"{shared.met(half_value, targets['probability_auroc_at_half_budget_at_least'])} "
-              f"(Wang et al. 2026 report about 0.93 offline).",
-              f"- Its forecast's median error at half the time to grokking at most half the power law's: "
-              f"{shared.fmt(ours['median'])} against 0.5 x {shared.fmt(law['median'])}, "
-              f"{shared.met(ours['median'], 0.5 * law['median'] if law['median'] is not None else math.nan, False)}.",
-              f"- Its interval's coverage >= {targets['interval_coverage_at_least']}: {coverage}, "
-              f"{shared.met(coverage.value, targets['interval_coverage_at_least'])}.",
-              "", "## Cost", "", *cost_lines([*calibration, *heldout]), "<!-- end generated -->"]
+              "above.", ""]
+    parts += [f"- {text}" for text, _ in targets(f)]
+    parts += ["", "## Cost", "", *cost_lines([*calibration, *heldout]), "",
+              *shared.provenance_section(FOLDER / "heldout", heldout), "<!-- end generated -->"]
     return "\n".join(parts)
 
 
@@ -265,32 +341,54 @@ def write_report() -> str:
     return text
 
 
+def cell_text(found: Mapping[str, Any], share: float, name: str) -> str:
+    """A pooled AUROC with its interval, without its n (the README gives the groups once)."""
+    value = shared.pooled(found, share).get(name)
+    return "-" if value is None or value.value is None else f"{value.value:.2f} [{value.low:.2f}, {value.high:.2f}]"
+
+
 def readme_line() -> str:
     """One line for the README's first screen, from the same figures."""
-    heldout = load("heldout")
-    fitted = json.loads(FITTED.read_text())
-    rules = survival_rules(fitted)
-    found = discrimination(scored(heldout), forecasters=rules[:1], shares=(0.5,),
-                           calibration=scored(load("calibration")))
-    cells = shared.pooled(found, 0.5)
-    ours = f"forecast: {rules[0].name}"
-    better = shared.beaten_by(found, 0.5, ours)
-    made, registered = len(heldout), len(configs("heldout"))
+    f = figures()
+    ours = f"forecast: {f.rules[0].name}"
+    made, registered = len(f.heldout), len(configs("heldout"))
     partial = "" if made >= registered else f" (partial: {made} of {registered} registered runs made so far)"
-    return (f"**Who will grok.** On the field's benchmark, grokking of modular arithmetic, {made} registered "
-            f"held-out runs{partial}: the probability of grokking within the budget (accuracy, loss and weight norm, "
-            f"no geometry), at half the budget, separates the runs that will grok from those that will not with "
-            f"AUROC {cells.get(ours, '-')}; the accuracy alone: {cells.get('acc', '-')}, the validation loss: "
-            f"{cells.get('val/loss', '-')}, the weight norm: {cells.get('weight_norm/global', '-')}. "
-            + shared.beaten_sentence(better)
-            + " ([docs/grokking.md](docs/grokking.md)).")
+    settings = next(row for row in f.settings if row["share"] == 0.5)
+    strict_norm = shared.pooled(f.strict, 0.5).get("weight_norm/global")
+    return (f"**Who will grok** ([docs/grokking.md](docs/grokking.md)). On the field's benchmark, grokking of modular "
+            f"arithmetic, {made} registered held-out runs{partial}. At half the budget "
+            f"({shared.left_out_words(f.runs, 0.5, GROK)}) the "
+            "probability of grokking within the budget (accuracy, loss and weight norm, no geometry) separates the "
+            f"runs that will grok from those that will not with AUROC {cell_text(f.registered, 0.5, ours)}; the "
+            f"accuracy alone: {cell_text(f.registered, 0.5, 'acc')}, the validation loss: "
+            f"{cell_text(f.registered, 0.5, 'val/loss')}, the weight norm: "
+            f"{cell_text(f.registered, 0.5, 'weight_norm/global')} in its registered direction "
+            f"({'-' if strict_norm is None or strict_norm.value is None else f'{strict_norm.value:.2f}'} raw); the "
+            "runs' settings alone (operation, weight decay and training fraction; exploratory, added after the "
+            f"registration): {settings['auroc'].value:.2f} [{settings['auroc'].low:.2f}, {settings['auroc'].high:.2f}]"
+            f", the probability {shared.shown(settings['difference']).replace(':', ' than them:')}. "
+            + shared.beaten_sentence(shared.beaten_by(f.registered, 0.5, ours), shared.beaten_by(f.strict, 0.5, ours))
+            + ".")
 
 
-__all__ = ["page", "readme_line", "train_step", "write_report"]
+def targets_line() -> str:
+    """The README's line on the registered targets of the grokking benchmark, and the out-of-family test."""
+    f = figures()
+    clauses = [clause for _, clause in targets(f)]
+    if len(f.rules) > 1:
+        outside = f"forecast: {f.rules[1].name}"
+        clauses.append("the probability fitted on capgeo's own tasks, registered as the out-of-family test: AUROC "
+                       + " and ".join(f"{cell_text(f.registered, share, outside)} at {share:.0%} of the budget"
+                                      for share in SHARES))
+    return ("**Who will grok, the registered targets** ([as registered](docs/grokking.md#targets-as-registered)): "
+            + "; ".join(clauses) + ".")
+
+
+__all__ = ["figures", "page", "readme_line", "targets_line", "train_step", "write_report"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    page_command("grokking_report", "docs/grokking.md", write_report, readme_line, argv)
+    page_command("grokking_report", "docs/grokking.md", write_report, readme_line, argv, {"targets": targets_line})
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """What both registered pages (docs/who-learns.md, docs/grokking.md) say the same way: the runs each commit added,
-every baseline beside the probability, the forecast at shares of the budget, and the alert's operating point.
+every baseline beside the probability (with paired intervals where a target compares two figures), the runs'
+settings alone, the forecast at shares of the budget, and the alert's operating point.
 
 Each function takes the scored calibration and held-out runs and returns markdown; the pages only choose which
 rules and baselines they hold. Nothing here is fitted on a held-out run.
@@ -16,7 +17,7 @@ from typing import Any
 
 from capgeo_callbacks.rules import Rule, RunView, SurvivalForecaster
 from capgeo_callbacks.scoring import ScoredRun
-from capgeo_callbacks.scoring.discrimination import BASELINE
+from capgeo_callbacks.scoring.discrimination import BASELINE, auroc, population, series_scores
 from capgeo_callbacks.scoring.operating import (
     Predictor,
     budget_forecasts,
@@ -25,6 +26,7 @@ from capgeo_callbacks.scoring.operating import (
     score_path,
     twice_now,
 )
+from capgeo_callbacks.scoring.paired import Difference, paired_difference
 from capgeo_callbacks.scoring.scores import bootstrap_median, error_text, warning_scores, warning_table
 from study.checkout import ROOT
 
@@ -115,11 +117,107 @@ def beaten_by(found: Mapping[str, Any], share: float, ours: str) -> list[str]:
     return said
 
 
-def beaten_sentence(better: Sequence[str]) -> str:
-    """The README's words for :func:`beaten_by`'s list."""
-    if not better:
-        return "No single series ties or beats it"
-    return f"Tied or beaten by {len(better)} single series (" + "; ".join(better) + ")"
+def beaten_sentence(registered: Sequence[str], strict: Sequence[str]) -> str:
+    """The README's words for :func:`beaten_by`'s lists: with the directions fixed as registered first, then with
+    the stricter rule."""
+    def listed(better: Sequence[str]) -> str:
+        return f"{len(better)} single series" + (" (" + "; ".join(better) + ")" if better else "")
+
+    if not registered and not strict:
+        return "No single series ties or beats it, with directions as registered or by the stricter rule"
+    return (f"Tied or beaten, with directions fixed as registered (calibration's side of 0.5), by {listed(registered)}"
+            f"; by the stricter rule (a direction only where calibration's interval excludes 0.5), by "
+            f"{listed(strict)}")
+
+
+def left_out_words(runs: Sequence[ScoredRun], share: float, verb: tuple[str, str] = ("acquire", "acquired")) -> str:
+    """Why the runs not counted at ``share`` of the budget are left out, so that the counts add up to the runs
+    (``verb``: the event's words, present and past)."""
+    kept, left = population(runs, share)
+    controls = sum(run.control for run in runs)
+    done = sum(1 for run in runs if not run.control and run.acquisition is not None and run.view.max_steps
+               and run.acquisition <= share * run.view.max_steps)
+    parts = [f"{controls} shuffled-answer control{'' if controls == 1 else 's'}" if controls else "",
+             f"{done} already {verb[1]} by then" if done else "",
+             *(f"{n} {reason}" for reason, n in left.items())]
+    positives = sum(positive for *_, positive in kept)
+    listed = ", ".join(part for part in parts if part)
+    return (f"{positives} runs that {verb[0]} later vs {len(kept) - positives} that never do"
+            + (f"; left out of the {len(runs)}: {listed}" if listed else f", all {len(runs)}"))
+
+
+def series_value(runs: Sequence[ScoredRun], name: str, direction: int | None = 1
+                 ) -> Callable[[ScoredRun, int], float]:
+    """A single series' score by its row name in the AUROC table (a series, its drop or slope), at a run's first
+    ``end`` evaluations, signed by ``direction``."""
+    score = next(score for score in series_scores(runs) if score.name == name)
+    sign = direction or 1
+
+    def value(run: ScoredRun, end: int) -> float:
+        return sign * score.value(run, run.view.prefix(end))
+    return value
+
+
+def paired_auroc(runs: Sequence[ScoredRun], share: float, first: Callable[[ScoredRun, int], float],
+                 second: Callable[[ScoredRun, int], float]) -> Difference:
+    """``first``'s AUROC minus ``second``'s on the same runs at ``share`` of the budget (those not yet acquired; runs
+    where either has no value left out), with a paired bootstrap interval (:func:`paired_difference`)."""
+    kept, _ = population(runs, share)
+    rows = [(first(run, end), second(run, end), positive) for run, end, positive in kept]
+    rows = [row for row in rows if not (math.isnan(row[0]) or math.isnan(row[1]))]
+    return paired_difference([float(p) for *_, p in rows], [a for a, _, _ in rows], [b for _, b, _ in rows],
+                             "auroc")
+
+
+def difference_text(found: Difference) -> str:
+    """'+0.009 [-0.087, +0.096]' (three places, as the paired bootstrap gives it), or '-' without a figure."""
+    if found.value is None or found.low is None or found.high is None:
+        return "-"
+    return f"{found.value:+.3f} [{found.low:+.3f}, {found.high:+.3f}]"
+
+
+def shown(found: Difference, lower_is_better: bool = False) -> str:
+    """Whether a paired difference (first minus second) shows the first better: its interval on one side of 0."""
+    if found.value is None or found.low is None or found.high is None:
+        return "no paired figure"
+    better, worse = (found.high < 0, found.low > 0) if lower_is_better else (found.low > 0, found.high < 0)
+    verdict = "shown better" if better else "shown worse" if worse else "not shown better"
+    return f"{verdict}: {difference_text(found)}"
+
+
+def paired_clause(compared: Sequence[tuple[str, Difference]], lower_is_better: bool = False) -> str:
+    """Which of several paired differences (ours minus each named baseline's) show ours better, in one clause:
+    'a paired interval shows it over acc (+0.153 [...]), not over val/loss (+0.009 [...])'."""
+    over = [(name, found) for name, found in compared if shown(found, lower_is_better).startswith("shown better")]
+    not_over = [(name, found) for name, found in compared if (name, found) not in over]
+
+    def listed(items: Sequence[tuple[str, Difference]]) -> str:
+        return joined([f"{name} ({difference_text(found)})" for name, found in items], "or")
+
+    if not over:
+        return f"no paired interval shows it over {listed(not_over)}"
+    return f"a paired interval shows it over {listed(over)}" + (f", not over {listed(not_over)}" if not_over else "")
+
+
+def joined(items: Sequence[str], word: str = "and") -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}" if items else ""
+
+
+def verdicts_clause(verdicts: Sequence[tuple[str, str]]) -> str:
+    """Verdicts on several baselines, grouped: 'met as registered (acc 0.73, val/loss 0.87)'."""
+    grouped: dict[str, list[str]] = {}
+    for verdict, named in verdicts:
+        grouped.setdefault(verdict, []).append(named)
+    return "; ".join(f"{verdict} ({', '.join(names)})" for verdict, names in grouped.items())
+
+
+def closest_series(found: Mapping[str, Any], share: float) -> dict[str, Any] | None:
+    """The single series (a recorded series, its drop or slope: no warning, forecast or constant) with the highest
+    pooled AUROC at ``share``, its row in ``found``."""
+    rows = [row for row in found[f"{share:g}"]["rows"] if row["name"] != BASELINE
+            and not row["name"].startswith(("warning: ", "forecast: ")) and row["cells"]["pooled"].value is not None]
+    return max(rows, key=lambda row: row["cells"]["pooled"].value, default=None)
 
 
 def registered_directions(strict: Mapping[str, Any], registered: Mapping[str, Any]) -> str:
@@ -221,4 +319,67 @@ def twice_now_at_half(runs: Sequence[ScoredRun]) -> dict[str, Any]:
         errors.append(abs(2 * now - run.acquisition) / run.acquisition if now > 0 else math.inf)
     finite = [error for error in errors if math.isfinite(error)]
     return {"n": len(errors), "median_error": statistics.median(errors) if errors else None,
-            "interval": bootstrap_median(errors) if finite else None}
+            "interval": bootstrap_median(errors) if finite else None, "no_forecast": len(errors) - len(finite)}
+
+
+# ------------------------------------------------------------------------------------------- the settings alone
+
+
+Settings = Callable[[ScoredRun], dict[str, Any]]  # a run's settings: names to strings (one-hot) or numbers
+
+
+def settings_model(calibration: Sequence[ScoredRun], settings: Settings) -> Callable[[ScoredRun], float]:
+    """A model of the runs' settings alone, of a fixed form: scikit-learn's ``DictVectorizer`` (a string setting
+    one-hot, a number as it is), ``StandardScaler`` and ``LogisticRegression`` at its defaults, fitted on the
+    non-control calibration runs to "acquired within the budget"; returns each run's probability."""
+    from sklearn.feature_extraction import DictVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    fitted_on = [run for run in calibration if not run.control]
+    model = make_pipeline(DictVectorizer(sparse=False), StandardScaler(), LogisticRegression())
+    model.fit([settings(run) for run in fitted_on], [run.acquisition is not None for run in fitted_on])
+
+    def value(run: ScoredRun) -> float:
+        return float(model.predict_proba([settings(run)])[0, 1])
+    return value
+
+
+def settings_rows(runs: Sequence[ScoredRun], calibration: Sequence[ScoredRun], settings: Settings,
+                  probability: Callable[[ScoredRun, int], float], shares: Sequence[float]) -> list[dict[str, Any]]:
+    """At each share of the budget: the AUROC [95%] of :func:`settings_model` on the held-out runs not yet acquired
+    (its interval from :func:`~capgeo_callbacks.scoring.discrimination.auroc`), and the probability's AUROC minus
+    it, paired."""
+    model = settings_model(calibration, settings)
+    rows = []
+    for share in shares:
+        kept, _ = population(runs, share)
+        values = [(model(run), positive) for run, _, positive in kept]
+        found = auroc([v for v, p in values if p], [v for v, p in values if not p])
+        difference = paired_auroc(runs, share, probability, lambda run, end: model(run))
+        rows.append({"share": share, "auroc": found, "difference": difference})
+    return rows
+
+
+def settings_section(rows: Sequence[Mapping[str, Any]], described: str, fitted_on: int) -> list[str]:
+    """The page's section on the runs' settings alone (exploratory: added after the registration)."""
+    lines = ["## The runs' settings alone (exploratory, added after the registration)", "",
+             "How well the runs' own settings tell them apart, before any is trained: a model of "
+             f"{described} alone, of a fixed form (a string setting one-hot, a number as it is, standardised, "
+             f"scikit-learn's LogisticRegression at its defaults), fitted on the {fitted_on} non-control calibration "
+             "runs to \"acquired within the budget\", scored on the held-out runs not yet acquired at each share of "
+             "the budget. Not registered: added after the registration, so exploratory. The last column is the "
+             "probability's AUROC minus the settings' on the same runs, with a paired bootstrap interval: where it "
+             "holds 0, the probability is not shown better than its own settings.", "",
+             "| share | the settings alone: AUROC [95%] | the probability minus the settings, paired [95%] |",
+             "| --- | --- | --- |"]
+    lines += [f"| {row['share']:.0%} | {row['auroc']} | {shown(row['difference'])} (n={row['difference'].n}) |"
+              for row in rows]
+    return lines
+
+
+def provenance_section(folder: Path, summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The page's last section: which commit added which held-out runs, and the code each ran."""
+    return ["## Provenance", "", "Which commit added which held-out runs, and the code each ran (the fit's commit):",
+            "", commits_table(folder, summaries)]

@@ -4,7 +4,7 @@ accuracy alone) beside what such a user would compare it with, on capgeo's corpu
     python -m study.record.user_forecast gallery   # run the gallery examples once -> corpus/gallery/<example>.json.gz
     python -m study.record.user_forecast spread    # acc-trend's interval spread, from corpus/calibration
     python -m study.record.user_forecast report    # -> docs/user-forecast.md (with corpus/heldout, scored after it)
-    python -m study.record.user_forecast readme    # the README's sentence on acc-trend's held-out figures
+    python -m study.record.user_forecast readme    # the README's "When" line: acc-trend on the registered runs
 
 The default was chosen on ``corpus/calibration`` and the gallery's runs, and its interval spread
 (:data:`~capgeo_callbacks.rules.trend.TREND_SPREAD`) read off ``corpus/calibration`` alone; the other sets are
@@ -206,13 +206,29 @@ def heldout_runs() -> list[ScoredRun]:
 
 
 def readme_sentence() -> str:
-    """acc-trend on the held-out runs, in the README's words: its error at half the time to acquisition, and how
-    often the interval of the forecast made then held the actual step."""
-    runs = heldout_runs()
-    half = forecast_scores(TrendForecaster(), runs, fractions=(0.5,))["fractions"]["0.5"]
-    return (f"on the study's {len(acquired(runs))} acquired held-out runs, looked at once after, it errs "
-            f"{error_text(half)} at half the time to acquisition and its interval holds the step "
-            f"{half['coverage'].k} times of {half['coverage'].n}")
+    """The README's "When" line: the default forecast (acc-trend) at half the time to acquisition on both registered
+    phases' held-out runs, with how many got no forecast and how often its interval held the step, beside the
+    registered clock at the same point (from the same figures as docs/who-learns.md and docs/grokking.md)."""
+    from study.record import grokking_report, who_learns_report
+
+    learn = {entry["rule"]: (entry["fractions"]["0.5"], entry["fractions"]["0.5"]["coverage"])
+             for entry in who_learns_report.figures().forecasts}
+    grok = {row["name"]: (row["entry"], row["coverage"]) for row in grokking_report.figures().forecasts}
+    parts = []
+    for name, found, where in (("who will learn", learn, "docs/who-learns.md"), ("grokking", grok,
+                                                                                    "docs/grokking.md")):
+        trend, coverage = found["acc-trend"]
+        clock = found["clock"][0]
+        median = trend["median_error"]
+        errs = (f"errs a median {error_text(trend)}" if median is not None and math.isfinite(median) else
+                "so its median error is infinite")
+        parts.append(f"on {name} ([{where}]({where})) it gives no forecast on {trend['no_forecast']} of the "
+                     f"{trend['n']} runs that acquire (an infinite error), {errs}, and its interval holds the step "
+                     f"{coverage.k} times of {coverage.n}; the registered clock (the median acquisition step of the "
+                     f"same task's calibration runs) errs {error_text(clock)}")
+    return ("**When.** The default forecast (`acc-trend`, from the accuracy alone: none while it sits at chance, "
+            "then its rise extrapolated), at half the time to acquisition on the registered held-out runs: "
+            + "; ".join(parts) + ".")
 
 
 def heldout() -> str:

@@ -141,7 +141,9 @@ def test_alert_message() -> None:
     assert run.message("val/exact_match") == (
         "capgeo precursor alert at step 1400: RankMe of the run (first layer: blocks.2) collapsed at step 900 "
         "(floor 2.35) and "
-        "recovered by step 1300, while val/exact_match is still below the acquisition threshold")
+        "recovered by step 1300, while val/exact_match is still below the acquisition threshold. Such a dip comes "
+        "early in most runs, also in runs that never learn: it says training has started, not that the task is "
+        "coming")
     generic = Alert(step=600, rule="probe-crossing", evidence="probe probe_acc/blocks.0 reached 0.7")
     assert generic.message() == "capgeo probe-crossing alert at step 600: probe probe_acc/blocks.0 reached 0.7"
     assert set(asdict(generic)) == {"kind", "layer", "step", "rule", "evidence"}  # no geometry fields

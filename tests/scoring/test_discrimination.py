@@ -13,6 +13,7 @@ import pytest
 from capgeo_callbacks.run.summary import write_summary
 from capgeo_callbacks.run.tracker import RunTracker
 from capgeo_callbacks.scoring import Auroc, auroc, discrimination, discrimination_table, distinct, load_runs, main
+from capgeo_callbacks.scoring.discrimination import discriminations
 
 STEPS = list(range(0, 1001, 50))  # 21 evaluations, budget 1000: 25% of it is step 250
 
@@ -124,6 +125,25 @@ def test_a_calibration_auroc_whose_interval_holds_one_half_fixes_no_direction(tm
     assert point["direction"] == -1 and point["cells"]["pooled"].value == 1.0
     with pytest.raises(ValueError, match="interval, point"):
         discrimination(runs, shares=(0.25,), directions="best")
+
+
+def test_both_ways_of_fixing_directions_read_the_runs_once_and_give_what_each_gives_alone(tmp_path: Path) -> None:
+    """``discriminations`` is ``discrimination`` under each way, from one reading: the same tables, and a score whose
+    direction both ways agree on shares one cell (computed once), while the one they differ on does not."""
+    for seed, rank in ((0, 3.0), (1, 8.0)):
+        write(tmp_path / "calibration", f"learns-{seed}", learns(0.2), rank=rank)
+        write(tmp_path / "calibration", f"never-{seed}", NEVER, rank=rank + 0.5)
+    for seed in (0, 1):
+        write(tmp_path / "scored", f"learns-{seed}", learns(0.2), rank=3.0 + seed)
+        write(tmp_path / "scored", f"never-{seed}", NEVER, rank=8.0 + seed)
+    runs, calibration = load_runs(tmp_path / "scored"), load_runs(tmp_path / "calibration")
+    both = discriminations(runs, shares=(0.25,), calibration=calibration)
+    assert set(both) == {"interval", "point"}
+    for way, found in both.items():
+        assert found == discrimination(runs, shares=(0.25,), calibration=calibration, directions=way)
+    assert row(both["interval"], "0.25", "acc")["cells"] is row(both["point"], "0.25", "acc")["cells"]
+    rankme = [row(found, "0.25", "rankme/x") for found in both.values()]
+    assert rankme[0]["cells"]["pooled"].value == 0.0 and rankme[1]["cells"]["pooled"].value == 1.0
 
 
 def test_a_rerun_counts_once(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ def test_every_generated_page_and_passage_is_what_the_corpus_gives(regenerated: 
     # the pages the issue names, and the README's passages
     assert {"docs/study.md", "docs/corpus.md", "docs/heldout.md", "docs/claims/claims.md", "docs/calibration/hard.md",
             "docs/calibration/cpu.md", "docs/ablation.md", "docs/forecast-selection.md", "README.md",
-            "docs/who-learns.md", "docs/grokking.md", "docs/evidence.md",
+            "docs/who-learns.md", "docs/grokking.md", "docs/evidence.md", "docs/twins.md", "docs/twins-pilots.md",
             "docs/design.md"} <= names
     diffs = summary.differences(regenerated)
     assert not diffs, "regenerate with `python -m study.record.summary`:\n" + "\n".join(diffs)[:6000]
@@ -28,9 +28,13 @@ def test_every_generated_page_and_passage_is_what_the_corpus_gives(regenerated: 
 def test_the_readme_first_screen_is_generated(regenerated: dict) -> None:
     readme = regenerated[summary.ROOT / "README.md"]
     commands = [match.group(1) for match in summary.PASSAGE.finditer(readme)]
-    # the main command, then what to expect: who will learn, who will grok, when, and the cost, each from its command
-    assert commands == ["python -m study.record.main_command", "python -m study.record.who_learns_report readme",
-                        "python -m study.record.grokking_report readme", "python -m study.record.user_forecast readme",
+    # the main command, then what to expect: who will learn and its registered targets, who will grok and its, when,
+    # and the cost, each from its command
+    assert commands == ["python -m study.record.main_command readme", "python -m study.record.who_learns_report readme",
+                        "python -m study.record.who_learns_report targets",
+                        "python -m study.record.grokking_report readme",
+                        "python -m study.record.grokking_report targets",
+                        "python -m study.record.user_forecast readme",
                         "python -m benchmarks.overhead line benchmarks/results/overhead-after"]
     assert all(match.group(2).strip() for match in summary.PASSAGE.finditer(readme))
 

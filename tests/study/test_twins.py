@@ -11,7 +11,7 @@ from study.phases.corpus import write_packed
 
 def test_pilots_run_seed_by_seed_over_every_cell_on_their_own_seeds() -> None:
     jobs = twins.pilot_jobs()
-    cells = len(twins.CANDIDATES) + len(twins.GROKKING_CANDIDATES)
+    cells = len(twins.CANDIDATES) + len(twins.ADDED_CANDIDATES) + len(twins.GROKKING_CANDIDATES)
     assert len(jobs) == cells * len(twins.PILOT_SEEDS)
     first = {trial.tags["cell"] for _, trial in jobs[:cells]}
     assert len(first) == cells  # the first seed of every cell before any second seed
