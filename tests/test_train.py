@@ -60,11 +60,13 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
     """Generated from the measure registry (capgeo_callbacks.registry), they are what train.py has always used:
     a run's values do not change with the registry."""
     assert (train.MEASURES, train.DEFAULT_MEASURES) == (
-        ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator"),
-        ("rankme", "probes", "weight_norm"))
+        ("rankme", "ildr", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator"),
+        ("rankme", "ildr", "probes", "weight_norm"))
     layers, options = ("model.blocks.*", "model.norm_f"), train.MEASURE_OPTIONS
     assert options == {
-        "rankme": {"every_n_evals": 1, "layers": layers, "selector": "first_answer", "num_rows": 512},
+        "rankme": {"every_n_evals": 1, "ildr_prefix": None, "layers": layers, "selector": "first_answer",
+                   "num_rows": 512},
+        "ildr": {"every_n_evals": 1, "ildr_prefix": "ildr"},  # on RankMe's rows: switched on in its monitor
         "probes": {"every_n_evals": 4, "layers": layers, "num_rows": 2048},
         "weight_norm": {"every_n_evals": 1},
         "grad_rank": {"every_n_evals": 4, "batch_size": 64},
@@ -73,16 +75,19 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
         "commutator": {"every_n_evals": 8, "batch_size": 64, "num_pairs": 1},
     }
     assert [train_cli.resolve_measures(spec) for spec in ("default", "none", "all", "llc,rankme")] == [
-        ["rankme", "probes", "weight_norm"], [], list(train.MEASURES), ["llc", "rankme"]]
+        ["rankme", "ildr", "probes", "weight_norm"], [], list(train.MEASURES), ["llc", "rankme"]]
     callbacks = train.build_measure_callbacks(["llc", "rankme"], run_info={}, answer_len=1)
     assert [type(cb).__name__ for cb in callbacks] == ["RankMeMonitor", "LLCMonitor", "PrecursorDetector"]
-    assert callbacks[-1].settings is train.SETTINGS
+    assert callbacks[-1].settings is train.SETTINGS and callbacks[0].ildr_prefix is None
+    # the default: ILDR on RankMe's rows, by RankMe's monitor (one capture of the rows, as before)
+    [rankme, *_] = train.build_measure_callbacks(list(train.DEFAULT_MEASURES), run_info={}, answer_len=1)
+    assert (rankme.ildr_prefix, rankme.selector, rankme.num_rows) == ("ildr", "first_answer", 512)
 
 
 def test_the_commutator_defect_is_a_flag_off_by_default() -> None:
     assert "commutator" not in train.parse_args(["--task", "sort"]).measure_names
     names = train.parse_args(["--task", "sort", "--measures", "default,commutator"]).measure_names
-    assert names == ["rankme", "probes", "weight_norm", "commutator"]
+    assert names == ["rankme", "ildr", "probes", "weight_norm", "commutator"]
     callbacks = train.build_measure_callbacks(names, run_info={}, answer_len=1)
     monitor = next(cb for cb in callbacks if type(cb).__name__ == "CommutatorDefectMonitor")
     assert (monitor.every_n_evals, monitor.batch_size, monitor.num_pairs) == (8, 64, 1)
