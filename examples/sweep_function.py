@@ -33,7 +33,7 @@ def train(config: dict[str, Any]) -> None:
         EvaluationSchedule(points=32),
         RankMeMonitor(layers=["model.layers.*", "model.norm"], selector="last", num_rows=512),
         LinearProbeMonitor(layers="model.norm", every_n_evals=4),
-        PrecursorDetector(monitor="val/acc", rules=default_rules()),
+        PrecursorDetector(monitor="val/acc", rules=default_rules(), overhead_budget="measure"),  # every point kept
         ModelCheckpoint(dirpath=trial_dir / "checkpoints", save_last=True,
                         save_on_train_epoch_end=False),  # last.ckpt after each evaluation
     ])
