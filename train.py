@@ -36,6 +36,7 @@ from capgeo_callbacks import (
 from capgeo_callbacks.callbacks.step_progress_bar import BarSafeHandler, StepProgressBar
 from capgeo_callbacks.detection import detect_hold, split_points
 from capgeo_callbacks.publish.text import rules_table, verdict_table
+from capgeo_callbacks.registry import build_measure_callbacks as registry_callbacks
 from capgeo_callbacks.registry import (
     default_measures,
     get_measure,
@@ -98,7 +99,7 @@ def build_measure_callbacks(names: Sequence[str], run_info: dict[str, Any],
                for name in measure_names()}
     if answer_len is not None:  # the answer rows the validation set has (no warning about fewer rows)
         options["probes"]["num_rows"] = min(options["probes"]["num_rows"], MIN_VAL_EXAMPLES * answer_len)
-    callbacks: list[Callback] = [spec.callback(**options[spec.name]) for spec in measure_specs() if spec.name in names]
+    callbacks = registry_callbacks(names, options)  # ILDR switched on in RankMe's monitor, on its rows
     callbacks += [RankMeMonitor(**{**options["rankme"], "selector": selector, "prefix": f"rankme_{selector}",
                                    "ildr_prefix": None}) for selector in extra_selectors
                   if selector != options["rankme"]["selector"]]
@@ -147,12 +148,14 @@ class RunCost(Callback):
     """What a run cost, carried in its checkpoints so a resumed run's totals are whole: CPU and wall seconds
     since ``fit`` began, summed over every part, and how many times it was resumed; at the end of fitting it adds
     them, with the accelerator and the machine, to the run info of the run's session, so the summary is written
-    once with them. Listed before the :class:`PrecursorDetector`, whose ``on_fit_end`` writes the summary.
+    once with them. Given its run's :class:`PrecursorDetector` and listed before it, whose ``on_fit_end`` writes the
+    summary.
 
     A part killed before it wrote a summary still counts up to its last checkpoint (the time after that
     checkpoint is recomputed by the resumed part, and counted there)."""
 
-    def __init__(self) -> None:
+    def __init__(self, detector: PrecursorDetector | None = None) -> None:
+        self.detector = detector
         self.cpu_seconds = 0.0
         self.wall_seconds = 0.0
         self.resumes = 0
@@ -164,9 +167,8 @@ class RunCost(Callback):
         self.accelerator = accelerator_name(trainer.strategy.root_device)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
-        if detector is not None:
-            detector.session.add_run_info(self.fields())
+        if self.detector is not None:
+            self.detector.session.add_run_info(self.fields())
 
     def fields(self) -> dict[str, Any]:
         """What the summary records of the cost: the totals, the accelerator and the machine."""
@@ -219,15 +221,17 @@ def make_datamodule(args: argparse.Namespace) -> tasks.TaskDataModule:
 
 
 class StopWhenLearned(Callback):
-    """Stop training ``evaluations`` evaluations after accuracy has held the detector's ``full_threshold``
-    (0.9) for ``patience`` evaluations: the record then shows the whole climb and what follows it."""
+    """Stop training ``evaluations`` evaluations after accuracy has held the ``detector``'s ``full_threshold``
+    (0.9) for ``patience`` evaluations: the record then shows the whole climb and what follows it. Listed after the
+    detector, so that it reads the validation the detector has just recorded."""
 
-    def __init__(self, evaluations: int = 0) -> None:
+    def __init__(self, detector: PrecursorDetector, evaluations: int = 0) -> None:
+        self.detector = detector
         self.evaluations = evaluations
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
-        if detector is None or trainer.sanity_checking:
+        detector = self.detector
+        if trainer.sanity_checking:
             return
         steps, accs = split_points(detector.acc)
         settings = detector.settings
@@ -343,12 +347,13 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     rules, run_info["registration"] = args.registered
     measures = build_measure_callbacks(args.measure_names, run_info=run_info, extra_selectors=args.extra_selectors,
                                        answer_len=datamodule.answer_len, rules=rules)
-    if args.stop_when_learned:
-        measures.append(StopWhenLearned(args.evals_after_learned))
-    run_cost = RunCost()
+    # the run's detector, built last (none where embedding code builds no callback), handed to those that read it
+    detector = measures[-1] if measures and isinstance(measures[-1], PrecursorDetector) else None
+    if args.stop_when_learned and detector is not None:
+        measures.append(StopWhenLearned(detector, args.evals_after_learned))
+    run_cost = RunCost(detector)
     trainer = build_trainer(args, [run_cost, *measures, *callbacks], logger)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    detector = next((cb for cb in measures if isinstance(cb, PrecursorDetector)), None)
     written = json_safe(detector.summary) if detector is not None else {**run_cost.fields(), **run_info}
     summary = {**written, "run_dir": logger.log_dir}
     if trainer.is_global_zero:

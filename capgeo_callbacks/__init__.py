@@ -1,14 +1,16 @@
 """capgeo: watch the geometry of a transformer's hidden states while it trains.
 
-Measures are pure functions on tensors (:mod:`~capgeo_callbacks.measures`); a hidden-state measure is taken by one
-measuring unit (:mod:`~capgeo_callbacks.capture.unit`), which the Lightning monitors, the Hugging Face callback
-(:mod:`capgeo_callbacks.integrations.hf`) and offline analysis (:mod:`capgeo_callbacks.offline`) all drive; each
-measure is described once in the measure registry (:mod:`~capgeo_callbacks.registry`); one run session
-(:mod:`~capgeo_callbacks.run`) owns a run's record, rules, alerts and summary, fed by :class:`PrecursorDetector`, the
-Hugging Face callback or offline analysis, and keeps one read-only view of the run for whoever asks (the progress bar,
-the stopper, a tuner); rules, the stopping policy and detection work on plain series (:mod:`~capgeo_callbacks.rules`,
-:mod:`~capgeo_callbacks.detection`); a training function of one's own is swept over a grid on Ray Tune or submitit by
-:mod:`capgeo_callbacks.sweeps` (``capgeo sweep``, the ``sweep`` extra). Definitions: docs/design.md.
+Measures are pure functions on tensors (:mod:`~capgeo_callbacks.measures`); a hidden-state measure is a function of a
+layer's rows (:class:`RowMeasure`), taken by one measuring unit (:mod:`~capgeo_callbacks.capture.unit`), which the
+Lightning monitors, the Hugging Face callback (:mod:`capgeo_callbacks.integrations.hf`) and offline analysis
+(:mod:`capgeo_callbacks.offline`) all drive; each measure is described once in the measure registry
+(:mod:`~capgeo_callbacks.registry`); one run engine (:mod:`~capgeo_callbacks.engine`: the measures' series, cadence and
+budget, and the run session of :mod:`~capgeo_callbacks.run`, which owns a run's record, rules, alerts and summary) sits
+under the thin Lightning and Hugging Face adapters, and keeps one read-only view of the run for whoever asks (the
+progress bar, the stopper, a tuner); rules, the stopping policy and detection work on plain series
+(:mod:`~capgeo_callbacks.rules`, :mod:`~capgeo_callbacks.detection`); a training function of one's own is swept over
+a grid on Ray Tune or submitit by :mod:`capgeo_callbacks.sweeps` (``capgeo sweep``, the ``sweep`` extra).
+Definitions: docs/design.md.
 """
 
 __version__ = "0.1.0"  # the package's version (pyproject.toml reads it here)
@@ -28,6 +30,7 @@ from capgeo_callbacks.callbacks import (
     WeightNormMonitor,
 )
 from capgeo_callbacks.callbacks.hidden_state_monitor import HiddenStateMonitor
+from capgeo_callbacks.capture.unit import RowMeasure
 from capgeo_callbacks.detection import (
     Alert,
     DetectionSettings,
@@ -88,6 +91,7 @@ __all__ = [
     "Needs",
     "PrecursorDetector",
     "RankMeMonitor",
+    "RowMeasure",
     "Rule",
     "RuleOutput",
     "RunSession",

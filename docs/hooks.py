@@ -27,7 +27,7 @@ ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj|math):<code>(~?)([
 log = logging.getLogger("mkdocs.hooks.capgeo")
 GROUPS = {
     "callbacks": ("capgeo_callbacks.callbacks", "capgeo_callbacks.publish"),
-    "measures": ("capgeo_callbacks.measures",),
+    "measures": ("capgeo_callbacks.measures", "capgeo_callbacks.capture"),
     "detection": ("capgeo_callbacks.detection",),
     "rules": ("capgeo_callbacks.rules",),
     "registry": ("capgeo_callbacks.registry",),

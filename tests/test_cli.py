@@ -50,6 +50,7 @@ def test_each_command_runs_its_module(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "RUN_DIR" in capsys.readouterr().out.upper()
 
 
+@pytest.mark.slow
 def test_the_module_paths_still_run() -> None:
     for module in ("capgeo_callbacks.scoring", "capgeo_callbacks.offline", "capgeo_callbacks.cli", "study.dashboard"):
         done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,

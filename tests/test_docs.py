@@ -127,6 +127,7 @@ def read_inventory(path: Path) -> set[str]:
     return {line.split(" ", 1)[0] for line in zlib.decompress(body).decode().splitlines() if line}
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict_with_an_entry_for_every_public_name(tmp_path: Path) -> None:
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings_handlers.python")

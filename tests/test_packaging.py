@@ -28,6 +28,7 @@ NOT_FEATURES = ("dev", "docs")  # extras that add no feature of the library
 USERS_LOGGERS = {"mlflow", "wandb"}
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_the_library_only(tmp_path: Path) -> None:
     pytest.importorskip("setuptools")
     # built from a copy: a build in the checkout would leave build/ and egg-info behind

@@ -86,7 +86,8 @@ def test_a_function_is_swept_by_the_package_s_command(capsys: pytest.CaptureFixt
 
 
 @pytest.mark.slow
-def test_real_run_is_started_resumed_and_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_real_run_is_started_resumed_and_skipped(local_ray: None, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     def sweep_args(logdir: Path, *flags: str) -> list[str]:
         return ["--tasks", "sort", "--difficulties", "easy", "--sizes", "xs", "--logdir", str(logdir),
                 "--threads", "1", *flags, "--extra-args", "--max-steps", "32", "--eval-points", "8",

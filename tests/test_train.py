@@ -25,7 +25,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=120)
 
 
-def test_help_lists_every_choice() -> None:
+@pytest.mark.slow
+def test_help_lists_every_choice() -> None:  # the script itself, in a process of its own
     result = run_cli("--help")
     assert result.returncode == 0
     for choice in (*tasks.TASKS, *tasks.DIFFICULTIES, *SIZES, *train.MEASURES):
@@ -37,11 +38,14 @@ def test_help_lists_every_choice() -> None:
     [("--task", "sorting", "copy, reverse"), ("--difficulty", "extreme", "easy, medium, hard"),
      ("--size", "giant", "xs, s, m")],
 )
-def test_bad_choice_exits_before_training(flag: str, value: str, listed: str) -> None:
+def test_bad_choice_exits_before_training(flag: str, value: str, listed: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--task", "sort", flag, value] if flag != "--task" else [flag, value]
-    result = run_cli(*args, "--logdir", "/nonexistent/never-created")
-    assert result.returncode != 0
-    assert "invalid choice" in result.stderr and listed.split(", ")[0] in result.stderr
+    with pytest.raises(SystemExit) as exited:
+        train.main([*args, "--logdir", "/nonexistent/never-created"])
+    assert exited.value.code != 0
+    stderr = capsys.readouterr().err
+    assert "invalid choice" in stderr and listed.split(", ")[0] in stderr
     assert not Path("/nonexistent/never-created").exists()
 
 
@@ -56,11 +60,13 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
     """Generated from the measure registry (capgeo_callbacks.registry), they are what train.py has always used:
     a run's values do not change with the registry."""
     assert (train.MEASURES, train.DEFAULT_MEASURES) == (
-        ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator"),
-        ("rankme", "probes", "weight_norm"))
+        ("rankme", "ildr", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator"),
+        ("rankme", "ildr", "probes", "weight_norm"))
     layers, options = ("model.blocks.*", "model.norm_f"), train.MEASURE_OPTIONS
     assert options == {
-        "rankme": {"every_n_evals": 1, "layers": layers, "selector": "first_answer", "num_rows": 512},
+        "rankme": {"every_n_evals": 1, "ildr_prefix": None, "layers": layers, "selector": "first_answer",
+                   "num_rows": 512},
+        "ildr": {"every_n_evals": 1, "ildr_prefix": "ildr"},  # on RankMe's rows: switched on in its monitor
         "probes": {"every_n_evals": 4, "layers": layers, "num_rows": 2048},
         "weight_norm": {"every_n_evals": 1},
         "grad_rank": {"every_n_evals": 4, "batch_size": 64},
@@ -69,16 +75,19 @@ def test_measures_and_their_options_are_the_measured_choices() -> None:
         "commutator": {"every_n_evals": 8, "batch_size": 64, "num_pairs": 1},
     }
     assert [train_cli.resolve_measures(spec) for spec in ("default", "none", "all", "llc,rankme")] == [
-        ["rankme", "probes", "weight_norm"], [], list(train.MEASURES), ["llc", "rankme"]]
+        ["rankme", "ildr", "probes", "weight_norm"], [], list(train.MEASURES), ["llc", "rankme"]]
     callbacks = train.build_measure_callbacks(["llc", "rankme"], run_info={}, answer_len=1)
     assert [type(cb).__name__ for cb in callbacks] == ["RankMeMonitor", "LLCMonitor", "PrecursorDetector"]
-    assert callbacks[-1].settings is train.SETTINGS
+    assert callbacks[-1].settings is train.SETTINGS and callbacks[0].ildr_prefix is None
+    # the default: ILDR on RankMe's rows, by RankMe's monitor (one capture of the rows, as before)
+    [rankme, *_] = train.build_measure_callbacks(list(train.DEFAULT_MEASURES), run_info={}, answer_len=1)
+    assert (rankme.ildr_prefix, rankme.selector, rankme.num_rows) == ("ildr", "first_answer", 512)
 
 
 def test_the_commutator_defect_is_a_flag_off_by_default() -> None:
     assert "commutator" not in train.parse_args(["--task", "sort"]).measure_names
     names = train.parse_args(["--task", "sort", "--measures", "default,commutator"]).measure_names
-    assert names == ["rankme", "probes", "weight_norm", "commutator"]
+    assert names == ["rankme", "ildr", "probes", "weight_norm", "commutator"]
     callbacks = train.build_measure_callbacks(names, run_info={}, answer_len=1)
     monitor = next(cb for cb in callbacks if type(cb).__name__ == "CommutatorDefectMonitor")
     assert (monitor.every_n_evals, monitor.batch_size, monitor.num_pairs) == (8, 64, 1)
@@ -102,6 +111,7 @@ def test_unwritable_logdir_is_a_clear_error(tmp_path) -> None:
         train.main(["--task", "sort", "--difficulty", "easy", "--max-steps", "2", "--logdir", str(blocker / "x")])
 
 
+@pytest.mark.slow
 def test_tiny_run_leaves_what_the_spec_lists(tmp_path, capsys) -> None:
     summary = train.main(["--task", "sort", "--difficulty", "easy", "--max-steps", "48", "--eval-points", "6",
                           "--logdir", str(tmp_path), "--no-progress"])
@@ -143,6 +153,7 @@ def _probe_many(logdir: str) -> int:
     return 0
 
 
+@pytest.mark.slow
 def test_runs_started_at_once_into_one_folder_do_not_race(tmp_path) -> None:
     """Each process writes a probe file of its own: with a fixed name, one deleted another's and died."""
     import multiprocessing
@@ -186,6 +197,7 @@ def test_learning_rate_schedules(schedule: str, warmup: int, expected: list[floa
         CapabilityModule(size="xs", vocab_size=8, max_seq_len=4, lr_schedule="linear")
 
 
+@pytest.mark.slow
 def test_a_run_without_measures_still_records_everything(tmp_path) -> None:
     summary = train.main(["--task", "copy", "--difficulty", "easy", "--max-steps", "30", "--eval-points", "5",
                           "--measures", "none", "--logdir", str(tmp_path), "--no-progress", "--warmup-steps", "0",

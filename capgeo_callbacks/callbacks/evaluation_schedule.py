@@ -14,10 +14,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import GradientMeasureCallback
+from capgeo_callbacks.engine.gradient import GradientMeasure
+from capgeo_callbacks.engine.joined import joined
 from capgeo_callbacks.integrations.compat import schedules_validation, validate_after_this_batch, validate_now
-from capgeo_callbacks.run.failures import check_positive_int
-from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
+from capgeo_callbacks.run.schedule import Schedule
 
 
 class EvaluationSchedule(Callback):
@@ -59,33 +59,21 @@ class EvaluationSchedule(Callback):
 
     def __init__(self, steps: Sequence[int] | None = None, *, max_steps: int | None = None, points: int = 256,
                  schedule: str = "geometric") -> None:
-        if schedule not in SCHEDULES:
-            raise ValueError(f"unknown evaluation schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
-        check_positive_int("points", points)
-        if max_steps is not None:
-            check_positive_int("max_steps", max_steps)
-        if steps is not None:
-            if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps):
-                raise ValueError(f"steps must be non-negative integers, got {list(steps)!r}")
-            steps = sorted(set(steps))
-        self.steps: list[int] | None = steps
-        self.max_steps = max_steps
-        self.points = points
-        self.schedule = schedule
-        self._scheduled: frozenset[int] = frozenset(steps or ())
+        self.plan = Schedule(steps, max_steps=max_steps, points=points, schedule=schedule)
         self._step_before = -1  # the global step when the current training batch started
+
+    steps = property(lambda self: self.plan.steps, doc="The steps to validate at (known at setup if not given).")
+    max_steps = property(lambda self: self.plan.max_steps, doc="The budget the schedule spans.")
+    points = property(lambda self: self.plan.points)
+    schedule = property(lambda self: self.plan.schedule)
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        if self.steps is None:
-            budget = self.max_steps if self.max_steps is not None else step_budget(trainer)
-            if budget is None or budget < 1:
-                raise ValueError("EvaluationSchedule needs a budget: pass steps=[...] or max_steps=N, or give the "
-                                 "Trainer max_steps, or max_epochs with a training set of known length")
-            self.steps = evaluation_steps(budget, self.points, self.schedule)
-            self._scheduled = frozenset(self.steps)
+        budget = step_budget(trainer) if self.plan.budget is None else None  # loads the training set: only if needed
+        self.plan.fix(budget, "pass steps=[...] or max_steps=N to EvaluationSchedule, or give the Trainer max_steps, "
+                      "or max_epochs with a training set of known length")
         if not schedules_validation(trainer):
             raise RuntimeError("EvaluationSchedule decides when Lightning validates by the training batch: give the "
                                "Trainer a val_check_interval in batches (int or float), not a time")
@@ -93,23 +81,23 @@ class EvaluationSchedule(Callback):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # a run resumed mid-epoch asks first whether the step it stopped at was validated
-        validate_after_this_batch(trainer, trainer.global_step in self._scheduled)
+        validate_after_this_batch(trainer, trainer.global_step in self.plan)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        validate_after_this_batch(trainer, trainer.global_step in self._scheduled)  # reloaded loaders reset it
+        validate_after_this_batch(trainer, trainer.global_step in self.plan)  # reloaded loaders reset it
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         self._step_before = trainer.global_step
-        if trainer.global_step != 0 or 0 not in self._scheduled or batch_idx != 0 or trainer.sanity_checking:
+        if trainer.global_step != 0 or 0 not in self.plan or batch_idx != 0 or trainer.sanity_checking:
             return
         if not trainer.enable_validation:
             return
-        for callback in trainer.callbacks:
-            if isinstance(callback, GradientMeasureCallback):
-                callback.cache(batch, key=(0, 0))
+        for measure in joined(trainer).measures:  # the gradient measures' fixed batch, before step 0's measurement
+            if isinstance(measure, GradientMeasure):
+                measure.cache(batch, key=(0, 0))
         validate_now(trainer)
 
     @override
@@ -117,18 +105,17 @@ class EvaluationSchedule(Callback):
                            batch_idx: int) -> None:
         # after a whole optimizer step only, so that gradient accumulation is respected
         stepped = trainer.global_step != self._step_before
-        validate_after_this_batch(trainer, stepped and trainer.global_step in self._scheduled)
+        validate_after_this_batch(trainer, stepped and trainer.global_step in self.plan)
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"steps": list(self.steps or [])}
+        return {"steps": list(self.plan.steps or [])}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("steps")
-        if saved and self.steps is None:
-            self.steps = [int(s) for s in saved]
-            self._scheduled = frozenset(self.steps)
+        if saved and self.plan.steps is None:
+            self.plan.use(saved)
 
 
 def step_budget(trainer: pl.Trainer) -> int | None:

@@ -1,12 +1,15 @@
 r"""LLC monitor
 ===========
 
-The local learning coefficient (Lau et al., 2023) of the current weights by SGLD.
+The local learning coefficient (Lau et al., 2023) of the current weights by SGLD. Each estimate costs ``num_draws``
+SGLD steps of ``num_chains`` forward-backward passes on one batch: with the defaults, about 800 training steps' worth of
+compute, hence the sparse default ``every_n_evals``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from collections.abc import Iterator
 from functools import cached_property
@@ -19,7 +22,12 @@ from typing_extensions import override
 from capgeo_callbacks.callbacks.base import GradientMeasureCallback
 from capgeo_callbacks.capture.batches import batch_size_of, slice_batch
 from capgeo_callbacks.measures.gradients import ForwardFn, LossFn
-from capgeo_callbacks.measures.llc import estimate_llc
+from capgeo_callbacks.measures.llc import check_sampler, estimate_llc
+from capgeo_callbacks.run.failures import check_positive_int
+
+# estimate_llc's own defaults for the sampler's settings, read from its signature: one place says them
+SAMPLER = {name: parameter.default for name, parameter in inspect.signature(estimate_llc).parameters.items()
+           if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 @contextlib.contextmanager
@@ -69,22 +77,17 @@ class LLCMonitor(GradientMeasureCallback):
     ``lr`` is too large) each warn once, naming the first step. The loss trace of the last estimate is
     kept in :attr:`last_estimate` (and the callback state) for the run summary.
 
-    Each estimate costs ``num_draws`` SGLD steps of ``num_chains`` forward-backward passes on one batch:
-    with the defaults, about 800 training steps' worth of compute, hence the sparse default
-    ``every_n_evals``.
+    The sampler's settings are :func:`~capgeo_callbacks.measures.llc.estimate_llc`'s, with its defaults:
+    ``num_chains`` SGLD chains, ``num_draws`` draws per chain (no burn-in, one step per draw), the step size ``lr``
+    (ε), ``localization`` (γ, the pull back to the current weights), ``nbeta`` (nβ; default b / log b for
+    b = ``batch_size``) and the ``seed`` of the chains' noise.
 
     Args:
         loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss; default answer-masked cross-entropy, for
             capgeo's dict batches only.
         every_n_evals: measure at every n-th validation.
-        num_chains: SGLD chains.
-        num_draws: draws per chain (no burn-in, one step per draw).
-        lr: the SGLD step size ε.
-        localization: γ, the pull back to the current weights.
-        nbeta: nβ; default b / log b for b = ``batch_size``.
         batch_size: examples per SGLD batch.
         num_batches: batches in the fixed data set (``num_batches * batch_size`` examples are cached).
-        seed: seed of the chains' noise.
         forward: ``forward(module, batch) -> output``; default ``module(batch["input_ids"])`` for a dict
             batch, ``module(batch[0])`` for a tuple.
 
@@ -107,38 +110,26 @@ class LLCMonitor(GradientMeasureCallback):
         self,
         loss_fn: LossFn | None = None,
         every_n_evals: int = 16,
-        num_chains: int = 4,
-        num_draws: int = 200,
-        lr: float = 1e-4,
-        localization: float = 100.0,
-        nbeta: float | None = None,
+        num_chains: int = SAMPLER["num_chains"],
+        num_draws: int = SAMPLER["num_draws"],
+        lr: float = SAMPLER["lr"],
+        localization: float = SAMPLER["localization"],
+        nbeta: float | None = SAMPLER["nbeta"],
         batch_size: int = 128,
         num_batches: int = 4,
-        seed: int = 0,
+        seed: int = SAMPLER["seed"],
         *,
         forward: ForwardFn | None = None,
     ) -> None:
-        for name, value in (("num_chains", num_chains), ("num_draws", num_draws), ("batch_size", batch_size),
-                            ("num_batches", num_batches)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr (the SGLD step size) must be a positive number, got {lr!r}")
-        if not (isinstance(localization, (int, float)) and math.isfinite(localization) and localization >= 0):
-            raise ValueError(f"localization (gamma) must be a non-negative number, got {localization!r}")
-        if nbeta is not None and not (isinstance(nbeta, (int, float)) and math.isfinite(nbeta) and nbeta > 0):
-            raise ValueError(f"nbeta must be a positive number or None, got {nbeta!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
+        check_sampler(num_chains=num_chains, num_draws=num_draws, lr=lr, localization=localization, nbeta=nbeta,
+                      seed=seed)
+        check_positive_int("batch_size", batch_size)
+        check_positive_int("num_batches", num_batches)
         super().__init__(loss_fn, forward, batch_size * num_batches, every_n_evals)
-        self.num_chains = num_chains
-        self.num_draws = num_draws
-        self.lr = float(lr)
-        self.localization = float(localization)
+        self.num_chains, self.num_draws, self.seed = num_chains, num_draws, seed
+        self.lr, self.localization = float(lr), float(localization)
         self.nbeta = None if nbeta is None else float(nbeta)
-        self.batch_size = batch_size
-        self.num_batches = num_batches
-        self.seed = seed
+        self.batch_size, self.num_batches = batch_size, num_batches
         self.last_estimate: dict[str, Any] = {}
 
     @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
@@ -166,8 +157,7 @@ class LLCMonitor(GradientMeasureCallback):
                 step, estimate_llc, pl_module, self.loss_fn, self.batches(batch),
                 ignore=("chains diverged", "negative LLC estimate"),
                 num_chains=self.num_chains, num_draws=self.num_draws, lr=self.lr,
-                localization=self.localization, nbeta=self.nbeta, seed=self.seed, device=pl_module.device,
-                forward=self.forward,
+                localization=self.localization, nbeta=self.nbeta, seed=self.seed, forward=self.forward,
             )
         diverged = int(result["diverged"].sum())
         llc, std, below = result["llc_mean"], result["llc_std"], result["fraction_below_init"]

@@ -1,8 +1,17 @@
 r"""Precursor detector
 ==================
 
-The Lightning adapter of the run session: at every validation it feeds the session the monitored accuracy, the
-logged scalars and the series the measure callbacks own; at the end of fitting the session writes the summary.
+The Lightning adapter of the run engine (:mod:`capgeo_callbacks.engine`): it owns the run's engine and joins it to its
+Trainer at ``setup``; at the start of fitting it takes the measure callbacks that joined the Trainer (in the order of
+its callbacks) and hands them the overhead budget; at every validation it feeds the session the monitored accuracy
+(read from ``trainer.callback_metrics``, as ``EarlyStopping`` reads its ``monitor``), the logged scalars under
+``record``, the mean training loss since the previous evaluation, the learning rate and the measures' series. The
+session runs the rules (default: :func:`~capgeo_callbacks.rules.default_rules`), announces each alert once (a text
+entry ``capgeo/alerts`` in every logger, a W&B alert, a ``logging`` warning on the ``capgeo`` logger,
+``on_alert(alert)``), logs each forecast as ``forecast/<rule>``, and at the end of fitting writes
+``capgeo_summary.json`` to the run's log folder with the story figure, the verdict (``capgeo/verdict``), the RankMe
+heatmap and hparams. Side effects happen on rank zero only; the rules run on every rank on identical (synchronised)
+values.
 """
 
 from __future__ import annotations
@@ -12,32 +21,22 @@ from functools import cached_property
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from capgeo_callbacks.callbacks.base import MeasureCallback, budget_measures, measurements_of
 from capgeo_callbacks.detection import Alert, DetectionSettings
-from capgeo_callbacks.keys import LOGPROB, LR, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
+from capgeo_callbacks.engine.joined import joined
+from capgeo_callbacks.engine.run import RunEngine
+from capgeo_callbacks.keys import LOGPROB, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
 from capgeo_callbacks.publish.loggers import TrainerPublisher
-from capgeo_callbacks.rules import Rule, default_rules
+from capgeo_callbacks.rules import Rule
 from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, OverheadSetting, steps_of
-from capgeo_callbacks.run.failures import WarnOnce, never_fails
-from capgeo_callbacks.run.session import RunSession
+from capgeo_callbacks.run.failures import never_fails
 
 
 class PrecursorDetector(Callback):
-    r"""Run capgeo's rules on a Lightning run as it trains, announce their alerts and write the run's summary.
-
-    At every validation it records the monitored accuracy (like ``EarlyStopping``'s ``monitor``) and every logged
-    scalar under ``record``, with the mean training loss since the previous evaluation and the learning rate, and
-    hands them to its :class:`~capgeo_callbacks.run.session.RunSession` with the series of the measure callbacks
-    (:class:`~capgeo_callbacks.RankMeMonitor`, ...). The session runs the rules (default:
-    :func:`~capgeo_callbacks.rules.default_rules`), announces each alert once (a text entry ``capgeo/alerts`` in
-    every logger, a W&B alert, a ``logging`` warning on the ``capgeo`` logger, ``on_alert(alert)``), logs each
-    forecast as ``forecast/<rule>``, and at the end of fitting writes ``capgeo_summary.json`` to the run's log
-    folder with the story figure, the verdict (``capgeo/verdict``), the RankMe heatmap and hparams. Side effects
-    happen on rank zero only; the rules run on every rank on identical (synchronised) values.
+    r"""Run capgeo's rules on a Lightning run as it trains, announce their alerts and write the run's summary, fed by
+    the measure callbacks of its Trainer (:class:`~capgeo_callbacks.RankMeMonitor`, ...; module docstring).
 
     Args:
         monitor: accuracy key in ``trainer.callback_metrics``.
@@ -82,15 +81,11 @@ class PrecursorDetector(Callback):
         if isinstance(record, str) or not all(isinstance(prefix, str) and prefix for prefix in record):
             raise ValueError(f"record must be a sequence of non-empty tag prefixes (e.g. ('val/',)), got {record!r}")
         self.record = tuple(record)
-        chosen = rules is not None
-        rules = default_rules(settings, rankme_prefix) if rules is None else rules
-        self.session = RunSession(rules, settings, run_info, monitor=monitor, logprob_key=logprob_monitor,
-                                  token_acc_key=token_acc_monitor, rankme_prefix=rankme_prefix, on_alert=on_alert,
-                                  live_figures=live_figures, warn=WarnOnce("PrecursorDetector"), loss_key=loss_monitor,
-                                  rules_chosen=chosen, overhead_budget=overhead_budget)
-        self._loss_sum, self._loss_count = 0.0, 0  # training losses since the previous evaluation
-        self._loss_pending: list[torch.Tensor] = []  # this interval's, still tensors: no device sync in a step
-        self._loss_chunks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sum, count) of each 64 pending
+        self.engine = RunEngine.build(rules, settings, run_info, owner="PrecursorDetector", monitor=monitor,
+                                      logprob_key=logprob_monitor, token_acc_key=token_acc_monitor,
+                                      rankme_prefix=rankme_prefix, on_alert=on_alert, live_figures=live_figures,
+                                      loss_key=loss_monitor, overhead_budget=overhead_budget)
+        self.session = self.engine.session
 
     @cached_property  # Lightning reads it at every hook call (its profiler's name): formatted once
     def state_key(self) -> str:  # type: ignore[override]
@@ -111,53 +106,25 @@ class PrecursorDetector(Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.session.is_zero = trainer.is_global_zero
+        joined(trainer).join_engine(self.engine)  # the stopper and the progress bar read the run from here
 
     @override
     @never_fails
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if "max_steps" not in self.session.run_info and trainer.max_steps > 0:  # the budget rules and scorers read
             self.session.add_run_info({"max_steps": trainer.max_steps})
-        tags = [tag for cb in trainer.callbacks if isinstance(cb, MeasureCallback) for tag in cb.tags]
-        self.session.start(TrainerPublisher(trainer, self.session.warn), tags)
-        if self.session.budget is not None:  # over the whole run's steps (the run info's, if stopped early)
-            budget_measures(self.session.budget, trainer, self.session.reads, steps_of(
-                self.run_info.get("max_steps"), trainer.max_steps, lambda: trainer.estimated_stepping_batches))
+        for measure in joined(trainer).measures:  # every measure callback joined at its setup, in callback order
+            self.engine.add(measure)
+        # the budget over the whole run's steps (the run info's, if stopped early)
+        self.engine.start(TrainerPublisher(trainer, self.session.warn), steps_of(
+            self.run_info.get("max_steps"), trainer.max_steps, lambda: trainer.estimated_stepping_batches),
+            steps_of(trainer.max_steps))
 
     @override
     @never_fails
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-            self._loss_pending.append(loss.detach())
-            if len(self._loss_pending) >= 64:  # bounded memory: summed on the device, nothing read back
-                self._loss_chunks.append(_finite_sum(self._loss_pending))
-                self._loss_pending = []
-
-    def _flush_losses(self) -> None:
-        """Add the losses held as tensors to the interval's sum and count: at an evaluation or a checkpoint, the
-        only places they are read on the host."""
-        if self._loss_pending:
-            self._loss_chunks.append(_finite_sum(self._loss_pending))
-            self._loss_pending = []
-        for total, count in self._loss_chunks:
-            self._loss_sum += float(total)
-            self._loss_count += int(count)
-        self._loss_chunks = []
-
-    def _scalars_now(self, trainer: pl.Trainer) -> dict[str, float]:
-        """Every scalar under ``record`` (not the monitor), the mean training loss since the last evaluation and
-        the first optimizer's learning rate."""
-        named = set(self.session.keys.renamed)
-        scalars = {tag: float(value) for tag, value in trainer.callback_metrics.items()
-                   if tag != self.monitor and (tag.startswith(self.record) or tag in named)}
-        self._flush_losses()
-        if self._loss_count:
-            scalars[TRAIN_LOSS] = self._loss_sum / self._loss_count
-        self._loss_sum, self._loss_count = 0.0, 0
-        if trainer.optimizers and trainer.optimizers[0].param_groups:
-            scalars[LR] = float(trainer.optimizers[0].param_groups[0]["lr"])
-        return scalars
+        self.engine.losses.add(outputs.get("loss") if isinstance(outputs, Mapping) else outputs)
 
     @override
     @never_fails
@@ -169,33 +136,27 @@ class PrecursorDetector(Callback):
             self.session.warn("monitor", f"monitored metric {self.monitor!r} was not logged; available: "
                               f"{', '.join(sorted(metrics)) or 'none'}")
             return
-        self.session.evaluate(trainer.global_step, float(metrics[self.monitor]), self._scalars_now(trainer),
-                              measurements_of(trainer, pl_module), TrainerPublisher(trainer, self.session.warn),
-                              max_steps=trainer.max_steps)
+        groups = trainer.optimizers[0].param_groups if trainer.optimizers else []
+        scalars = self.engine.scalars(metrics, self.record, float(groups[0]["lr"]) if groups else None)
+        self.engine.evaluate(trainer.global_step, float(metrics[self.monitor]), scalars,
+                             TrainerPublisher(trainer, self.session.warn), max_steps=trainer.max_steps,
+                             parameters=_parameters(pl_module))
 
     @override
     @never_fails
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         log_dir = trainer.log_dir  # a collective under DDP: every rank asks
-        self.session.finish(measurements_of(trainer, pl_module), trainer.global_step,
-                            TrainerPublisher(trainer, self.session.warn), log_dir)
+        self.engine.finish(trainer.global_step, TrainerPublisher(trainer, self.session.warn), log_dir,
+                           parameters=_parameters(pl_module))
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        self._flush_losses()
-        return {**self.session.state_dict(), "record_prefixes": list(self.record),
-                "loss_since_evaluation": [self._loss_sum, self._loss_count]}
+        return {**self.engine.state_dict(), "record_prefixes": list(self.record)}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.session.load_state_dict(state_dict)
-        self._loss_sum, self._loss_count = state_dict.get("loss_since_evaluation", [0.0, 0])
-        self._loss_pending, self._loss_chunks = [], []
+        self.engine.load_state_dict(state_dict)
 
 
-def _finite_sum(losses: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sum and the count of the finite ``losses``, on their device. In float64: the sum of float32 losses is
-    then exact, so a run resumed mid-interval adds up the same."""
-    values = torch.stack([value.double().reshape(()) for value in losses])
-    finite = torch.isfinite(values)
-    return torch.where(finite, values, 0.0).sum(), finite.sum()
+def _parameters(module: Any) -> int:
+    return sum(p.numel() for p in module.parameters())

@@ -27,7 +27,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from typing_extensions import override
 
 from capgeo_callbacks.callbacks.evaluation_schedule import step_budget
-from capgeo_callbacks.callbacks.precursor_detector import PrecursorDetector
+from capgeo_callbacks.engine.joined import joined
 
 __all__ = ["BarSafeHandler", "StepProgressBar"]
 
@@ -131,11 +131,11 @@ class StepProgressBar(TQDMProgressBar):
     @override
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, int | str | float]:
         metrics = {key: value for key, value in super().get_metrics(trainer, pl_module).items() if key != "v_num"}
-        detector = next((cb for cb in trainer.callbacks if isinstance(cb, PrecursorDetector)), None)
-        if detector is None:
+        engine = joined(trainer).engine  # the detector's, where one joined the Trainer
+        if engine is None:
             return metrics
-        metrics = {**metrics, **detector.view.progress()}
-        budget = detector.session.budget
+        metrics = {**metrics, **engine.session.view.progress()}
+        budget = engine.session.budget
         share = None if budget is None else budget.progress()
         if share is not None:
             metrics["capgeo"] = share

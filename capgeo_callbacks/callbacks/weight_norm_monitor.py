@@ -8,19 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import lightning.pytorch as pl
-from typing_extensions import override
+from torch import nn
 
-from capgeo_callbacks.callbacks.base import MeasureCallback
+from capgeo_callbacks.callbacks.base import ModelMeasureCallback
 from capgeo_callbacks.capture.layers import BlocksNotFound, find_blocks, resolve_layers, short_names
 from capgeo_callbacks.keys import WEIGHT_NORM
 from capgeo_callbacks.measures.norms import parameter_norm
-from capgeo_callbacks.run.failures import never_fails
 
 GLOBAL = "global"  # the tag of the norm of every parameter: weight_norm/global
 
 
-class WeightNormMonitor(MeasureCallback):
+class WeightNormMonitor(ModelMeasureCallback):
     r"""Log the L2 norm of the parameters (all of them, and each watched layer's) at every evaluation.
 
     :math:`\lVert w \rVert_2 = \sqrt{\sum_i \lVert p_i \rVert_2^2}` over ``pl_module.parameters()``, and over each
@@ -70,32 +68,20 @@ class WeightNormMonitor(MeasureCallback):
     def tags(self) -> list[str]:
         return [f"{self.prefix}/{GLOBAL}", *(f"{self.prefix}/{tag}" for tag in self.layer_tags.values())]
 
-    @override
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def watch(self, model: nn.Module) -> None:
         if self.layers is None:
             try:
-                self.layer_names = find_blocks(pl_module)
+                self.layer_names = find_blocks(model)
             except BlocksNotFound:  # no transformer blocks to name: the global norm is still measured
                 self.layer_names = []
         else:
-            self.layer_names = resolve_layers(pl_module, self.layers) if self.layers else []
+            self.layer_names = resolve_layers(model, self.layers) if self.layers else []
         self.layer_tags = short_names(self.layer_names) if self.layer_names else {}
 
-    def measure(self, pl_module: pl.LightningModule) -> dict[str, float]:
+    def measure_model(self, model: nn.Module, step: int) -> dict[str, float]:
         """The norms of the module's weights now, by tag."""
-        modules = dict(pl_module.named_modules())
-        values = {f"{self.prefix}/{GLOBAL}": parameter_norm(pl_module.parameters())}
+        modules = dict(model.named_modules())
+        values = {f"{self.prefix}/{GLOBAL}": parameter_norm(model.parameters())}
         for name, tag in self.layer_tags.items():
             values[f"{self.prefix}/{tag}"] = parameter_norm(modules[name].parameters())
         return values
-
-    @override
-    @never_fails
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        measure = self.should_measure(trainer)
-        self.evaluations += 1
-        if measure:
-            with self.timed():  # in the overhead budget, like every measure's work
-                self.record(trainer, trainer.global_step, self.measure(pl_module))

@@ -125,8 +125,8 @@ class HiddenStateCapture:
             self._batch = None
             self.unlabelled += 1
 
-    def take(self) -> dict[str, tuple[Tensor, Tensor | None]]:
-        """Per layer, the captured rows (N, D) and labels (N,) or None; clears them."""
+    def rows(self) -> dict[str, tuple[Tensor, Tensor | None]]:
+        """Per layer, the captured rows (N, D) and labels (N,) or None; a read: they stay until :meth:`clear`."""
         out: dict[str, tuple[Tensor, Tensor | None]] = {}
         for name, blocks in self._rows.items():
             rows = _joined(blocks) if blocks else torch.zeros(0, 0)
@@ -134,8 +134,17 @@ class HiddenStateCapture:
             labels = _joined(label_blocks) if label_blocks else (None if self.labels_fn is None else
                                                                  torch.zeros(0, dtype=torch.long))
             out[name] = (rows, labels)
+        return out
+
+    def clear(self) -> None:
+        """Drop the rows and labels captured, and what was said of them."""
         self._rows, self._labels, self._counts = {}, {}, {}
         self.unlabelled, self.unlabelled_reason = 0, None
+
+    def take(self) -> dict[str, tuple[Tensor, Tensor | None]]:
+        """Per layer, the captured rows (N, D) and labels (N,) or None; clears them."""
+        out = self.rows()
+        self.clear()
         return out
 
     def _hook(self, name: str) -> Callable[[nn.Module, Any, Any], None]:

@@ -1,19 +1,23 @@
-"""The hidden-state measuring unit: one measure of the watched layers' hidden states, configured once.
+"""The hidden-state measuring unit: the measures of the watched layers' rows, configured once.
 
-In the manner of a torchmetrics metric: a :class:`HiddenStateUnit` is configured once (the layers, the token
-selector, the labels, how many rows, the fewest it measures), fed one batch at a time (:meth:`~HiddenStateUnit.update`:
-with forward hooks attached, the batch the next forward pass runs on; from a framework that returns its hidden states,
-the batch and those states), then :meth:`~HiddenStateUnit.compute` turns the rows it kept into one value per layer,
-and :meth:`~HiddenStateUnit.reset` drops them. The Lightning monitors (:class:`~capgeo_callbacks.RankMeMonitor`,
-:class:`~capgeo_callbacks.LinearProbeMonitor`), the Hugging Face callback and offline analysis drive the same units;
-they differ only in where the batches come from, so a value measured offline equals the live one by construction.
+A measure of hidden states is a function of one layer's rows, and of their labels where it reads them: a
+:class:`RowMeasure` (RankMe, ILDR, the linear probe, a user's own). In the manner of a torchmetrics metric, a
+:class:`HiddenStateUnit` is configured once (the layers, the token selector, the labels, how many rows, its measures),
+fed one batch at a time (:meth:`~HiddenStateUnit.update`: with forward hooks attached, the batch the next forward pass
+runs on; from a framework that returns its hidden states, the batch and those states), :meth:`~HiddenStateUnit.compute`
+reads the rows it kept into one value per measure and layer (a pure read: called twice, it gives the same values), and
+:meth:`~HiddenStateUnit.reset` drops them. Attaching and removing the hooks is the driver's: the Lightning monitors
+(:class:`~capgeo_callbacks.RankMeMonitor`, :class:`~capgeo_callbacks.LinearProbeMonitor`), the Hugging Face callback
+and offline analysis drive the same units; they differ only in where the batches come from, so a value measured
+offline equals the live one by construction.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,18 +33,20 @@ from capgeo_callbacks.capture.selectors import (
     selector_name,
     validate_selector,
 )
-from capgeo_callbacks.keys import ILDR, RANKME
+from capgeo_callbacks.keys import ILDR, PROBE_ACC, RANKME
 from capgeo_callbacks.measures.ildr import ildr
 from capgeo_callbacks.measures.probes import held_out_probe_accuracy
 from capgeo_callbacks.measures.rankme import rankme
 
-__all__ = ["DEFAULT_NUM_ROWS", "Computed", "HiddenStateUnit", "MeasureFn", "ProbeUnit", "RankMeUnit"]
+__all__ = ["DEFAULT_NUM_ROWS", "ILDR_ROWS", "Computed", "HiddenStateUnit", "ProbeUnit", "RankMeUnit", "RowMeasure",
+           "probe_rows_measure", "rankme_rows_measure"]
 
 DEFAULT_NUM_ROWS = 2048  # rows per layer when none is set: the first 2048 the batches give, or all they have
 
 WarnFn = Callable[[str, str], Any]
-MeasureFn = Callable[[str, Tensor, Tensor | None, int | None], float | None]
-"""``measure(layer, rows, labels, step) -> value``: one layer's value from its rows (N, D) and labels (N,) or None."""
+RowFn = Callable[[Tensor, Tensor | None], float]
+"""``fn(rows, labels) -> value``: one layer's value from its rows (N, D) and, for a measure that reads them, their
+labels (N,)."""
 Gather = Callable[[Tensor], Tensor]
 """``gather(block) -> rows``: every rank's row blocks, in rank order (a collective: called on every rank)."""
 
@@ -49,12 +55,81 @@ def _silent(key: str, message: str) -> None:
     return None
 
 
+@dataclass(frozen=True)
+class RowMeasure:
+    """A measure of one layer's rows: the one way a hidden-state measure is defined (docs/design.md, "Measures").
+
+    Attributes:
+        prefix: its tag prefix, without ``/``: it logs ``<prefix>/<layer>``.
+        fn: ``fn(rows, labels) -> value``, on the rows (N, D, float32) and, where ``labels``, their labels (N,); a
+            ``ValueError`` or ``RuntimeError`` (rows it cannot measure) is said once per layer and skipped.
+        labels: whether it reads a label per row (the unit's: a probe's targets, ILDR's classes). Beside a measure
+            that reads none, rows without labels are kept: this one is then left out, noted for the run's summary
+            (``measures_left_out``) rather than warned.
+        min_rows: fewer rows than this are not measured.
+        name: how messages name it (default: the prefix).
+        undefined: where it is not defined (its value NaN), why, said once per layer; empty: a NaN is recorded as
+            any value is (a non-finite value is said and skipped there).
+    """
+
+    prefix: str
+    fn: RowFn
+    labels: bool = False
+    min_rows: int = 2
+    name: str = ""
+    undefined: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, str) or not self.prefix or "/" in self.prefix:
+            raise ValueError(f"prefix must be a non-empty tag prefix without '/', got {self.prefix!r}")
+        if not callable(self.fn):
+            raise ValueError(f"{self.prefix}: fn must be callable (rows, labels) -> value, got {self.fn!r}")
+        if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
+            raise ValueError(f"min_rows must be an integer >= 1, got {self.min_rows!r}")
+        object.__setattr__(self, "name", self.name or self.prefix)
+
+    def value(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None) -> float | None:
+        """Its value on one layer's rows (``layer`` and ``step`` name them in what is said; None: no value)."""
+        return self.fn(rows, labels)
+
+
+def _rankme(rows: Tensor, labels: Tensor | None, eps: float) -> float:
+    return rankme(rows, eps=eps)
+
+
+def _ildr(rows: Tensor, labels: Tensor | None) -> float:
+    return ildr(rows, labels)
+
+
+def _probe(rows: Tensor, labels: Tensor | None, ridge: float) -> float:
+    return held_out_probe_accuracy(rows, labels, ridge=ridge)
+
+
+def rankme_rows_measure(eps: float = 1e-7, prefix: str = RANKME[:-1]) -> RowMeasure:
+    """RankMe of a layer's rows (:func:`~capgeo_callbacks.measures.rankme`; docs/design.md, "RankMe")."""
+    return RowMeasure(prefix, partial(_rankme, eps=eps), name="RankMe")
+
+
+ILDR_ROWS = RowMeasure(
+    ILDR[:-1], _ildr, labels=True, name="ILDR",
+    undefined="ILDR is undefined on these rows (non-finite rows, fewer than two classes of two rows or more, or no "
+              "spread within the classes)")
+"""ILDR of a layer's rows classed by their targets (:func:`~capgeo_callbacks.measures.ildr.ildr`; docs/design.md,
+"ILDR"): measured on the rows another measure reads (RankMe's), and left out where a row has no target."""
+
+
+def probe_rows_measure(ridge: float = 1e-3, prefix: str = PROBE_ACC[:-1]) -> RowMeasure:
+    """Held-out accuracy of a linear probe from a layer's rows to their labels
+    (:func:`~capgeo_callbacks.measures.probes.held_out_probe_accuracy`)."""
+    return RowMeasure(prefix, partial(_probe, ridge=ridge), labels=True, min_rows=4, name="probe")
+
+
 @dataclass
 class Computed:
     """What a unit computed at the end of an evaluation.
 
     Attributes:
-        values: one value per measured layer, by tag (``<prefix>/<layer>``), in layer order.
+        values: one value per measure and layer, by tag (``<prefix>/<layer>``), each measure's layers in depth order.
         rows: the rows each tag was measured on (RankMe is only comparable at equal N).
     """
 
@@ -63,7 +138,7 @@ class Computed:
 
 
 class HiddenStateUnit:
-    """One hidden-state measure of the watched layers (module docstring); subclasses say how rows become a value.
+    """The measures of the watched layers' rows (module docstring).
 
     Args:
         selector: token rows (:func:`~capgeo_callbacks.capture.selectors.select_rows`); None: what the first batch
@@ -71,49 +146,59 @@ class HiddenStateUnit:
         num_rows: rows kept per layer: the first ones seen, so an unshuffled probe set gives the same rows each time.
             None: :data:`DEFAULT_NUM_ROWS`, and fewer rows than that are measured without a word (fewer than a
             number given are said once).
+        measures: the :class:`RowMeasure` of these rows, in the order their tags are given.
         mask_key: batch key of the answer mask, for the answer selectors.
-        prefix: tag prefix, without ``/``.
-        labels_fn: ``labels_fn(batch)`` gives one integer label per selected row, kept beside the rows.
+        labels_fn: ``labels_fn(batch)`` gives one integer label per selected row, kept beside the rows, for the
+            measures that read labels.
         warn: ``warn(key, message)``, where problems are reported once (default: nowhere).
-        measure: ``measure(layer, rows, labels, step) -> value or None``, the measure of a unit that is not one of
-            capgeo's own (those implement :meth:`measure_rows`).
-        min_rows: fewer rows than this are not measured (default: the class's).
+        min_rows: fewer rows than this are not measured (default: the most any measure needs).
 
     Raises:
         ValueError: on a bad argument.
     """
 
-    min_rows: int = 2
-
-    def __init__(self, selector: Selector | None, num_rows: int | None, *, mask_key: str = "answer_mask",
-                 prefix: str, labels_fn: LabelsFn | None = None, warn: WarnFn | None = None,
-                 measure: MeasureFn | None = None, min_rows: int | None = None) -> None:
-        if min_rows is not None:
-            if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
-                raise ValueError(f"min_rows must be an integer >= 1, got {min_rows!r}")
-            self.min_rows = min_rows
-        if measure is not None and not callable(measure):
-            raise ValueError(f"measure must be callable (layer, rows, labels, step) -> value, got {measure!r}")
-        self._measure = measure
+    def __init__(self, selector: Selector | None, num_rows: int | None, *, measures: Sequence[RowMeasure],
+                 mask_key: str = "answer_mask", labels_fn: LabelsFn | None = None, warn: WarnFn | None = None,
+                 min_rows: int | None = None) -> None:
+        measures = tuple(measures)
+        if not measures or not all(isinstance(m, RowMeasure) for m in measures):
+            raise ValueError(f"measures must be one RowMeasure or more, got {measures!r}")
+        if len({m.prefix for m in measures}) < len(measures):
+            raise ValueError(f"the measures' prefixes must differ, got {[m.prefix for m in measures]}")
+        self.measures = measures
+        self.min_rows = max(m.min_rows for m in measures) if min_rows is None else min_rows
+        if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
+            raise ValueError(f"min_rows must be an integer >= 1, got {min_rows!r}")
         if selector is not None:  # None: chosen from the first batch
             validate_selector(selector)
         self.rows_given = num_rows is not None
         num_rows = DEFAULT_NUM_ROWS if num_rows is None else num_rows
         if isinstance(num_rows, bool) or not isinstance(num_rows, int) or num_rows < self.min_rows:
             raise ValueError(f"num_rows must be an integer >= {self.min_rows}, got {num_rows!r}")
-        if not isinstance(prefix, str) or not prefix or "/" in prefix:
-            raise ValueError(f"prefix must be a non-empty tag prefix without '/', got {prefix!r}")
-        self.selector, self.num_rows, self.mask_key, self.prefix = selector, num_rows, mask_key, prefix
+        if labels_fn is not None and not callable(labels_fn):
+            raise ValueError(f"labels_fn must be callable batch -> labels, got {type(labels_fn).__name__}")
+        self.selector, self.num_rows, self.mask_key = selector, num_rows, mask_key
         self.warn: WarnFn = warn if warn is not None else _silent
         self.layers: dict[str, str] = {}  # watched layer -> its name in tags, in depth order
-        self.capture = HiddenStateCapture(selector, num_rows, mask_key, labels_fn, warn=self._report)
-        self.unlabelled_reason: str | None = None  # at the last compute: why some rows had no label (optional labels)
-        # measures of these rows left out for lack of their inputs, by tag prefix, with why: a note for the run's
+        # rows without labels are kept where a measure reads none of them (RankMe beside ILDR)
+        optional = any(not m.labels for m in measures)
+        self.capture = HiddenStateCapture(selector, num_rows, mask_key, labels_fn, warn=self._report,
+                                          labels_optional=optional and labels_fn is not None)
+        # measures of these rows left out for lack of their labels, by tag prefix, with why: a note for the run's
         # summary (``measures_left_out``), not a warning, where the user did not ask for the measure by name
         self.left_out: dict[str, str] = {}
 
     def _report(self, key: str, message: str) -> Any:
         return self.warn(key, message)  # looked up at each call: the owner may redirect ``warn``
+
+    @property
+    def prefix(self) -> str:
+        """The first measure's tag prefix: the unit's name (the summary's selector, the budget's work)."""
+        return self.measures[0].prefix
+
+    @property
+    def prefixes(self) -> list[str]:
+        return [m.prefix for m in self.measures]
 
     @property
     def selector_name(self) -> str:
@@ -128,8 +213,8 @@ class HiddenStateUnit:
 
     @property
     def tags(self) -> list[str]:
-        """The tags of the watched layers, in layer order."""
-        return [f"{self.prefix}/{label}" for label in self.layers.values()]
+        """Every measure's tags, each measure's layers in layer order."""
+        return [f"{m.prefix}/{label}" for m in self.measures for label in self.layers.values()]
 
     @property
     def config(self) -> dict[str, Any]:
@@ -163,7 +248,7 @@ class HiddenStateUnit:
 
     def attach(self, model: nn.Module) -> None:
         """Forward hooks on the watched modules of ``model``, starting with no rows: each forward pass then keeps
-        rows of the batch given to :meth:`update` before it."""
+        rows of the batch given to :meth:`update` before it. The driver removes them (:meth:`detach`)."""
         modules = dict(model.named_modules())
         self.capture.attach({name: modules[name] for name in self.layers})
 
@@ -172,7 +257,7 @@ class HiddenStateUnit:
         self.capture.start(list(self.layers))
 
     def detach(self) -> None:
-        """Remove the hooks (the rows kept so far stay until :meth:`compute` or :meth:`reset`)."""
+        """Remove the hooks (the rows kept so far stay until :meth:`reset`)."""
         self.capture.detach()
 
     def update(self, batch: Any, hidden: Mapping[str, Tensor] | None = None) -> None:
@@ -182,28 +267,29 @@ class HiddenStateUnit:
         if batch is not None:
             self.choose_selector(batch)
         self.capture.set_batch(batch)
-        for name, states in (hidden or {}).items():
-            if name in self.layers:
-                self.capture.add(name, states)
+        if hidden:
+            with self.capture.timing():  # the owner's clock, as the hooks' work is
+                for name, states in hidden.items():
+                    if name in self.layers:
+                        self.capture.add(name, states)
 
     def reset(self) -> None:
         """Remove the hooks and drop every row kept."""
         self.capture.detach()
-        self.capture.take()
+        self.capture.clear()
 
     def compute(self, step: int | None = None, gather: Gather | None = None) -> Computed:
-        """Each watched layer's value on the rows kept (the hooks removed and the rows dropped): layers with too few
-        rows are skipped with a warning, and so are values that cannot be computed.
+        """Each measure's value on each watched layer's rows kept so far, a read of them (they stay until
+        :meth:`reset`): layers with too few rows are skipped with a warning, and so are values that cannot be
+        computed.
 
         Args:
             step: the step measured at, for the warnings.
             gather: joins every rank's rows (under DDP a collective, called once per layer in layer order on every
                 rank); default: this process's rows.
         """
-        self.capture.detach()
         unlabelled = self.capture.unlabelled  # said once already: no second word about the empty layers
-        self.unlabelled_reason = self.capture.unlabelled_reason  # optional labels: why some rows have none
-        captured = self.capture.take()
+        captured = self.capture.rows()
         result = Computed()
         for name, label in self.layers.items():
             rows, labels = captured.get(name, (torch.zeros(0, 0), None))
@@ -215,9 +301,10 @@ class HiddenStateUnit:
             count = rows.shape[0]
             if (count < self.min_rows and unlabelled) or not self._usable(name, count):
                 continue
-            for prefix, value in self.measure_layer(name, rows, labels, step).items():
+            for measure in self.measures:
+                value = self._value(measure, name, rows, labels, step)
                 if value is not None:
-                    tag = f"{prefix}/{label}"
+                    tag = f"{measure.prefix}/{label}"
                     result.values[tag], result.rows[tag] = value, int(count)
         order = {tag: i for i, tag in enumerate(self.tags)}  # each measure's layers together, in depth order
         result.values = dict(sorted(result.values.items(), key=lambda item: order.get(item[0], len(order))))
@@ -235,28 +322,35 @@ class HiddenStateUnit:
                       f"{count} rows")
         return True
 
-    def measure_layer(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None
-                      ) -> dict[str, float | None]:
-        """One layer's values by tag prefix: :meth:`measure_rows` under this unit's prefix (a subclass may add more
-        measures of the same rows)."""
-        return {self.prefix: self.measure_rows(layer, rows, labels, step)}
-
-    def measure_rows(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None) -> float | None:
-        """The value of one layer's rows (N, D) and labels (N,) or None, or None (warned) when there is none."""
-        if self._measure is None:
-            raise NotImplementedError(f"{type(self).__name__} needs measure=... or a measure_rows of its own")
-        return self._measure(layer, rows, labels, step)
-
-    def _failed(self, layer: str, step: int | None, err: Exception) -> None:
-        self.warn(f"value:{layer}", f"{layer!r}{'' if step is None else f' at step {step}'}: {err}; skipped")
+    def _value(self, measure: RowMeasure, layer: str, rows: Tensor, labels: Tensor | None, step: int | None
+               ) -> float | None:
+        """One measure's value on one layer's rows, or None (said once, or noted where its labels are missing)."""
+        at = "" if step is None else f" at step {step}"
+        if measure.labels and (labels is None or labels.shape[0] != rows.shape[0]
+                               or bool((labels == IGNORE_INDEX).any())):
+            others = " and ".join(m.name for m in self.measures if not m.labels)
+            if others:  # beside a measure that reads no labels: a note, not a warning (the rows were measured)
+                reason = self.capture.unlabelled_reason or "rows without a target"
+                self.left_out.setdefault(measure.prefix, f"{measure.name} needs the target of every row {others} "
+                                         f"reads ({reason}); {others} was measured without it")
+            return None  # otherwise the batches' unreadable labels were said when they were read
+        try:
+            value = measure.value(layer, rows, None if not measure.labels else labels, step)
+        except (ValueError, RuntimeError) as err:  # rows that are not finite, a singular system
+            self.warn(f"value:{layer}", f"{layer!r}{at}: {err}; skipped")
+            return None
+        if value is not None and measure.undefined and not math.isfinite(value):
+            self.warn(f"{measure.prefix}:{layer}", f"{layer!r}{at}: {measure.undefined}; skipped")
+            return None
+        return value
 
 
 class RankMeUnit(HiddenStateUnit):
     r"""RankMe of each watched layer's rows (:func:`~capgeo_callbacks.measures.rankme`; docs/design.md, "RankMe"),
-    and ILDR of the same rows, classed by the batch's target at each row
-    (:func:`~capgeo_callbacks.measures.ildr.ildr`, :func:`~capgeo_callbacks.capture.selectors.row_targets`;
-    docs/design.md, "ILDR"). Rows whose batches hold no targets are measured by RankMe alone; ILDR is then left out
-    without a warning (the user asked for RankMe), noted once in :attr:`left_out` for the run's summary.
+    and ILDR of the same rows (:data:`ILDR_ROWS`), classed by the batch's target at each row
+    (:func:`~capgeo_callbacks.capture.selectors.row_targets`). Rows whose batches hold no targets are measured by
+    RankMe alone; ILDR is then left out without a warning (the user asked for RankMe), noted once in
+    :attr:`left_out` for the run's summary.
 
     Args:
         selector: token rows (None: what the first batch supports).
@@ -271,8 +365,6 @@ class RankMeUnit(HiddenStateUnit):
     def __init__(self, selector: Selector | None = None, num_rows: int | None = None, *,
                  mask_key: str = "answer_mask", eps: float = 1e-7, prefix: str = RANKME[:-1],
                  warn: WarnFn | None = None, ildr_prefix: str | None = ILDR[:-1]) -> None:
-        super().__init__(selector, num_rows, mask_key=mask_key, prefix=prefix, warn=warn,
-                         labels_fn=None if ildr_prefix is None else self.row_targets)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
             raise ValueError(f"eps must be a positive number, got {eps!r}")
         if ildr_prefix is not None and (not isinstance(ildr_prefix, str) or not ildr_prefix or "/" in ildr_prefix
@@ -280,54 +372,23 @@ class RankMeUnit(HiddenStateUnit):
             raise ValueError(f"ildr_prefix must be None or a tag prefix without '/' other than {prefix!r}, "
                              f"got {ildr_prefix!r}")
         self.eps, self.ildr_prefix = float(eps), ildr_prefix
-        self.capture.labels_optional = True  # RankMe measures rows without targets too
+        measures = [rankme_rows_measure(self.eps, prefix)]
+        measures += [] if ildr_prefix is None else [replace(ILDR_ROWS, prefix=ildr_prefix)]
+        super().__init__(selector, num_rows, measures=measures, mask_key=mask_key, warn=warn,
+                         labels_fn=None if ildr_prefix is None else self.row_targets)
 
     def row_targets(self, batch: Any) -> Tensor:
         """The target of each row the selector takes: ILDR's classes."""
         return row_targets(batch, self.choose_selector(batch), self.mask_key)
 
     @property
-    def tags(self) -> list[str]:
-        """RankMe's tags, then ILDR's, in layer order."""
-        labels = self.layers.values() if self.ildr_prefix is not None else ()
-        return super().tags + [f"{self.ildr_prefix}/{label}" for label in labels]
-
-    @property
     def config(self) -> dict[str, Any]:
         return {**super().config, "eps": self.eps, "ildr_prefix": self.ildr_prefix}
-
-    def measure_layer(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None
-                      ) -> dict[str, float | None]:
-        values = super().measure_layer(layer, rows, labels, step)
-        if self.ildr_prefix is not None:
-            values[self.ildr_prefix] = self._ildr(layer, rows, labels, step)
-        return values
-
-    def measure_rows(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None) -> float | None:
-        try:
-            return rankme(rows, eps=self.eps)
-        except ValueError as err:  # hidden states that are not finite
-            self._failed(layer, step, err)
-            return None
-
-    def _ildr(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None) -> float | None:
-        if labels is None or labels.shape[0] != rows.shape[0] or bool((labels == IGNORE_INDEX).any()):
-            reason = self.unlabelled_reason or "rows without a target"
-            self.left_out.setdefault(self.ildr_prefix, f"ILDR needs the target of every row RankMe reads ({reason}); "
-                                     "RankMe was measured without it")
-            return None
-        value = ildr(rows, labels)
-        if not math.isfinite(value):
-            self.warn(f"ildr:{layer}", f"{layer!r}{'' if step is None else f' at step {step}'}: ILDR is undefined on "
-                      "these rows (non-finite rows, fewer than two classes of two rows or more, or no spread within "
-                      "the classes); skipped")
-            return None
-        return value
 
 
 class ProbeUnit(HiddenStateUnit):
     """Held-out accuracy of a linear probe from each watched layer's rows to their labels
-    (:func:`~capgeo_callbacks.measures.probes.held_out_probe_accuracy`; docs/design.md, "Probe labels").
+    (:func:`probe_rows_measure`; docs/design.md, "Probe labels").
 
     Labels: ``labels_fn(batch)`` if given; else, with the ``answer`` selector, the answer token at each answer
     position (:func:`~capgeo_callbacks.capture.batches.answer_labels`); else the batch's targets at the rows the
@@ -351,7 +412,7 @@ class ProbeUnit(HiddenStateUnit):
 
     def __init__(self, selector: Selector = "target", num_rows: int | None = None, *, mask_key: str = "answer_mask",
                  target_key: str = "targets", ridge: float = 1e-3, labels_fn: LabelsFn | None = None,
-                 prefix: str = "probe_acc", warn: WarnFn | None = None) -> None:
+                 prefix: str = PROBE_ACC[:-1], warn: WarnFn | None = None) -> None:
         if labels_fn is not None and not callable(labels_fn):
             raise ValueError(f"labels_fn must be callable batch -> labels, got {type(labels_fn).__name__}")
         if labels_fn is None and selector not in ("target", "answer"):
@@ -361,7 +422,7 @@ class ProbeUnit(HiddenStateUnit):
             raise ValueError(f"ridge must be a non-negative number, got {ridge!r}")
         self.target_key, self.ridge, self.labels_fn = target_key, float(ridge), labels_fn
         found = self.answer_labels if selector == "answer" else self.target_labels
-        super().__init__(selector, num_rows, mask_key=mask_key, prefix=prefix,
+        super().__init__(selector, num_rows, measures=[probe_rows_measure(self.ridge, prefix)], mask_key=mask_key,
                          labels_fn=labels_fn if labels_fn is not None else found, warn=warn)
 
     def answer_labels(self, batch: Any) -> Tensor:
@@ -375,12 +436,3 @@ class ProbeUnit(HiddenStateUnit):
     @property
     def config(self) -> dict[str, Any]:
         return {**super().config, "ridge": self.ridge, "target_key": self.target_key}
-
-    def measure_rows(self, layer: str, rows: Tensor, labels: Tensor | None, step: int | None) -> float | None:
-        if labels is None:
-            return None
-        try:
-            return held_out_probe_accuracy(rows, labels, ridge=self.ridge)
-        except (ValueError, RuntimeError) as err:  # hidden states that are not finite, or a singular system
-            self._failed(layer, step, err)
-            return None

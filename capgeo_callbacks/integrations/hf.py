@@ -1,8 +1,25 @@
 r"""Hugging Face Trainer callback
 ============================
 
-The Hugging Face adapter of the run session, for runs trained with ``transformers.Trainer``. ``transformers`` is
-imported here, and this module is not imported by ``capgeo_callbacks`` itself, so capgeo works without it.
+The Hugging Face adapter of the run engine (:mod:`capgeo_callbacks.engine`), for runs trained with
+``transformers.Trainer``: the same measures (from the measure registry, the gradient ones included), the same overhead
+budget, session and outputs as a Lightning run, fed from the Trainer's events. ``transformers`` is imported here, and
+this module is not imported by ``capgeo_callbacks`` itself, so capgeo works without it.
+
+At the steps of :func:`~capgeo_callbacks.run.schedule.evaluation_steps` (``points`` over the budget; step 0 in
+``on_train_begin``, the others in ``on_step_end``, whatever the Trainer's ``eval_strategy``) the callback measures what
+``measures`` names from the registry, each at its registered cadence: the hidden-state measures (RankMe, ILDR, the
+linear probes, a registered measure of one's own) from one forward pass over the probe rows
+(:func:`~capgeo_callbacks.integrations.hf_models.probe_pass`; hidden states ``embed``, ``layers.i``,
+``layers.{L-1}+final_norm``), the parameters' norm, and the gradient measures (``default,commutator``, ``all``) on a
+fixed batch of the training set's first examples, collated by the Trainer's collator, with the model's own loss
+(``output.loss``). The pass also scores the rows with targets (Hugging Face's ``labels``, unshifted, or capgeo's
+``targets`` + ``answer_mask``): ``val/acc`` (exact match; ``acc_fn`` instead; NaN without either, never acquired),
+``val/token_acc``, ``val/logprob``, ``val/loss``. Everything runs in eval mode with the RNG forked: training ends at
+bit-identical weights. The overhead budget holds capgeo's time as on Lightning, the pass being fixed work. Each
+measurement is a log event at its step (:mod:`~capgeo_callbacks.integrations.hf_loggers`): in ``state.log_history``
+and the ``on_log`` of every ``report_to`` integration and user callback; text, images, the layout and hparams reach
+TensorBoard, MLflow and W&B. A resumed run rebuilds its series from the log history.
 """
 
 from __future__ import annotations
@@ -14,28 +31,26 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
-from capgeo_callbacks.capture.batches import TARGETS_LOOKED_FOR, to_device
-from capgeo_callbacks.capture.measuring import measuring
-from capgeo_callbacks.capture.selectors import Selector, selector_name
-from capgeo_callbacks.capture.unit import HiddenStateUnit, ProbeUnit, RankMeUnit
-from capgeo_callbacks.detection import Alert, DetectionSettings, append_point
+from capgeo_callbacks.capture.selectors import Selector
+from capgeo_callbacks.detection import Alert, DetectionSettings
+from capgeo_callbacks.engine.gradient import GradientMeasure
+from capgeo_callbacks.engine.measure import ModelMeasure
+from capgeo_callbacks.engine.run import RunEngine
 from capgeo_callbacks.integrations.hf_models import (
-    MASK_KEY,
+    ProbeRows,
     check_model,
-    check_probe_rows,
-    has_targets,
-    layer_globs,
-    probe_batches,
-    probe_pass,
-    probe_selector,
-    scores_answers,
-    selected_rows,
+    hf_forward,
+    hf_loss,
+    hf_measures,
+    matched_labels,
+    training_examples,
+    watch_labels,
 )
-from capgeo_callbacks.keys import ILDR, LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, VAL_ACC, VAL_LOSS
-from capgeo_callbacks.rules import Rule, default_rules
-from capgeo_callbacks.run.failures import WarnOnce, check_callable, check_positive_int, never_fails
-from capgeo_callbacks.run.schedule import SCHEDULES, evaluation_steps
-from capgeo_callbacks.run.session import Measurements, RunSession
+from capgeo_callbacks.keys import LOGPROB, TOKEN_ACC, VAL_ACC, VAL_LOSS
+from capgeo_callbacks.rules import Rule
+from capgeo_callbacks.run.budget import DEFAULT_OVERHEAD_BUDGET, OverheadSetting
+from capgeo_callbacks.run.failures import never_fails
+from capgeo_callbacks.run.schedule import Schedule
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -60,53 +75,31 @@ AccFn = Callable[[nn.Module, Mapping[str, Tensor]], float]
 
 
 class CapgeoTrainerCallback(TrainerCallback):
-    r"""Measure per-layer RankMe on a fixed probe set during ``transformers.Trainer`` training and feed the run
-    session, which runs the rules, announces their alerts and writes ``capgeo_summary.json`` at the end.
+    r"""Run capgeo's measures and rules on a ``transformers.Trainer`` run: the engine a Lightning run has, fed from the
+    Trainer's events at the schedule's steps, measuring the hidden states on a fixed set of probe rows (module
+    docstring).
 
-    At the steps of :func:`~capgeo_callbacks.run.schedule.evaluation_steps` (``points`` over the budget; step 0 in
-    ``on_train_begin``, the others in ``on_step_end``, whatever the Trainer's ``eval_strategy``), one forward pass
-    over the probe rows (:func:`~capgeo_callbacks.integrations.hf_models.probe_pass`) gives RankMe of every hidden
-    state (``embed``, ``layers.i``, ``layers.{L-1}+final_norm``) and, with targets in the rows (Hugging Face's
-    ``labels``, unshifted as the model takes them, or capgeo's ``targets`` + ``answer_mask``), ILDR of the same rows
-    by their targets, ``val/acc`` (exact match of the target tokens), ``val/token_acc``, ``val/logprob``, ``val/loss``
-    (the model's loss on the rows) and a linear probe per layer on the positions that predict a target (``acc_fn``
-    gives the accuracy instead; without targets or ``acc_fn`` it is NaN, never acquired). It runs in eval mode
-    without gradients and with the RNG forked: training ends at bit-identical weights. Each measurement is a log
-    event at its step (:mod:`~capgeo_callbacks.integrations.hf_loggers`): in ``state.log_history`` and the ``on_log``
-    of every ``report_to`` integration and user callback; text, images, the layout and hparams reach TensorBoard,
-    MLflow and W&B; the Trainer's bar shows the run's figures. A resumed run rebuilds its series from the log history.
+    Logged keys (``train/<key>`` in TensorBoard and W&B): the measures' (docs/measures.md), ``val/acc``,
+    ``val/token_acc``, ``val/logprob``, ``val/loss``, and the detector's (:class:`~capgeo_callbacks.PrecursorDetector`).
 
-    Logged keys (``train/<key>`` in TensorBoard and W&B): ``rankme/``, ``ildr/``, ``probe_acc/``, ``rankme_early/``
-    and ``rankme_floor/<layer>``, ``val/acc``, ``val/token_acc``, ``val/logprob``, ``val/loss``, ``forecast/<rule>``,
-    ``capgeo/alerts_raised``; text ``capgeo/alerts`` and ``/verdict``, images ``capgeo/story`` and ``/rankme_heatmap``.
+    The rows are measured as :class:`~capgeo_callbacks.integrations.hf_models.ProbeRows` takes them (``layers``,
+    ``selector``, ``num_rows``, ``probes``, ``batch_size``, ``acc_fn``), when
+    :class:`~capgeo_callbacks.run.schedule.Schedule` says (``eval_steps``, ``points``, ``schedule``, ``max_steps``, by
+    default the Trainer's), and the run's settings are a detector's (``settings``, ``rules``, ``on_alert``,
+    ``run_info``, ``live_figures``, ``overhead_budget``: :class:`~capgeo_callbacks.PrecursorDetector`; ``max_steps``
+    and ``warmup_steps`` of ``run_info`` default to the Trainer's).
 
     Args:
         probe_rows: a dict of N-row tensors: ``input_ids`` (N, T), optionally ``attention_mask``, and ``labels``
             (as the model takes them: unshifted, -100 where nothing is predicted) or ``targets`` (the next token at
             each position) with ``answer_mask`` (true where the target is an answer token).
-        layers: globs over the hidden-state labels; None for all.
-        selector: token rows (docs/design.md, "RankMe rows"); default ``target`` (the positions that predict a
-            target) when the rows hold targets, else ``last``.
-        num_rows: selected rows per layer (default: every row the selector takes from the probe rows).
-        settings: detection settings.
-        eval_steps: the steps to measure at; default ``evaluation_steps(max_steps, points, schedule)``.
-        points: evaluations over the budget.
-        schedule: ``"geometric"`` or ``"linear"``.
-        max_steps: the budget the schedule spans (default: the Trainer's ``state.max_steps``).
-        acc_fn: ``acc_fn(model, rows) -> float``, the accuracy instead of the exact match.
         output_dir: where the summary goes (default: the Trainer's ``args.output_dir``).
-        probes: also the linear probe accuracy per layer (rows with targets, ``target`` or ``answer`` selector; said
-            once when the rows hold none).
-        batch_size: probe rows per forward pass.
-        on_alert: called with each :class:`~capgeo_callbacks.detection.Alert` when it is raised.
-        run_info: run facts for the summary and the rules (task, seed, chance, ...); ``max_steps`` and
-            ``warmup_steps`` default to the Trainer's (``state.max_steps``, ``args.get_warmup_steps``).
-        rules: the rules run live (default: :func:`~capgeo_callbacks.rules.default_rules` on ``settings``).
-        live_figures: also publish the story card where a rule first warns and where acquisition is confirmed.
+        measures: registered measures, as ``train.py --measures`` takes them (``"default"``, ``"default,commutator"``).
+        measure_options: constructor arguments of each measure by name, over the registry's.
 
     Raises:
-        ValueError: on a bad argument; in ``on_train_begin`` if a layer pattern matches no hidden state or a probe
-            token is outside the vocabulary.
+        ValueError: on a bad argument; in ``on_train_begin`` if a layer pattern matches no hidden state, a probe token
+            is outside the vocabulary, or no budget is known.
 
     Example::
 
@@ -121,29 +114,19 @@ class CapgeoTrainerCallback(TrainerCallback):
                  max_steps: int | None = None, acc_fn: AccFn | None = None, output_dir: str | Path | None = None,
                  probes: bool = True, batch_size: int = 64, on_alert: Callable[[Alert], Any] | None = None,
                  run_info: Mapping[str, Any] | None = None, rules: Sequence[Rule] | None = None,
-                 live_figures: bool = True) -> None:
-        rows = check_probe_rows(probe_rows)
-        selector, patterns = probe_selector(rows, selector), layer_globs(layers)
-        if num_rows is None:
-            num_rows = max(2, selected_rows(rows, selector))
-        _check_arguments(num_rows, points, batch_size, max_steps, schedule, eval_steps, acc_fn)
-        self.probe_rows, self.layers, self.selector, self.num_rows = rows, patterns, selector, num_rows
-        self.points, self.schedule, self.max_steps = points, schedule, max_steps
-        self.acc_fn, self.output_dir = acc_fn, output_dir
-        self.probes = (bool(probes) and has_targets(rows) and selector in ("target", "answer")
-                       and num_rows >= ProbeUnit.min_rows)
-        self._probes_wanted, self.batches = bool(probes), probe_batches(rows, batch_size)
-        chosen = rules is not None
-        rules = default_rules(settings) if rules is None else rules
-        self.session = RunSession(rules, settings, run_info, monitor=ACC_KEY, logprob_key=LOGPROB,
-                                  token_acc_key=TOKEN_ACC, on_alert=on_alert, live_figures=live_figures,
-                                  warn=WarnOnce("CapgeoTrainerCallback", logging.getLogger("capgeo").warning),
-                                  rules_chosen=chosen)
-        self.units = _units(selector, num_rows, self.probes, self.session.warn)
-        self.series: dict[str, list[list[float]]] = {}  # tag -> [[step, value], ...]: what this callback measures
-        self.rows: dict[str, int] = {}
-        self._scheduled = frozenset(eval_steps or ())
-        self._budget = max_steps if max_steps is not None else (max(eval_steps) if eval_steps else None)
+                 live_figures: bool = True, *, measures: str | Sequence[str] = "default",
+                 measure_options: Mapping[str, Mapping[str, Any]] | None = None,
+                 overhead_budget: OverheadSetting = DEFAULT_OVERHEAD_BUDGET) -> None:
+        self.probe = ProbeRows(probe_rows, layers, selector, num_rows, batch_size, probes, acc_fn)
+        self.plan = Schedule(eval_steps, max_steps=max_steps, points=points, schedule=schedule, name="eval_steps")
+        self.output_dir = output_dir
+        self.engine = RunEngine.build(rules, settings, run_info, owner="CapgeoTrainerCallback",
+                                      warn=logging.getLogger("capgeo").warning, monitor=ACC_KEY, logprob_key=LOGPROB,
+                                      token_acc_key=TOKEN_ACC, on_alert=on_alert, live_figures=live_figures,
+                                      overhead_budget=overhead_budget)
+        self.session = self.engine.session
+        for measure in hf_measures(measures, measure_options, self.probe):
+            self.engine.add(measure)
         self._handler: CallbackHandler | None = None  # the Trainer's: attach(trainer), else read in on_train_begin
         self._parameters = 0
 
@@ -152,47 +135,51 @@ class CapgeoTrainerCallback(TrainerCallback):
         self._handler = bind(self, trainer)
         return trainer
 
+    # the probe rows' settings, read through
+    selector, num_rows = property(lambda self: self.probe.selector), property(lambda self: self.probe.num_rows)
+    probes = property(lambda self: self.probe.probes)
     steps = property(lambda self: list(self.session.view.steps), doc="The steps measured so far.")
+    series = property(lambda self: dict(self.engine.measurements().series), doc="Every measured series, by tag.")
+    rows = property(lambda self: dict(self.engine.measurements().rows), doc="The rows each tag was measured on.")
     acc = property(lambda self: self.session.acc)
     alerts = property(lambda self: self.session.alerts)
     summary = property(lambda self: self.session.summary)
 
-    def measurements(self) -> Measurements:
-        selectors = {RANKME[:-1]: selector_name(self.selector),
-                     **({PROBE_ACC[:-1]: selector_name(self.selector)} if self.probes else {})}
-        return Measurements(self.series, self.rows, selectors, self._parameters or None, _left_out(self.units))
-
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: nn.Module | None = None, **kwargs: Any) -> None:
-        check_model(model, self.layers, self.probe_rows["input_ids"])  # raises before any update
+        check_model(model, self.probe.layers, self.probe.rows["input_ids"])  # raises before any update
         self._handler = attach(self, self._handler)
         self._parameters = sum(p.numel() for p in model.parameters())
         self.session.is_zero = bool(state.is_world_process_zero)
-        if self._probes_wanted and not self.probes:
-            self.session.warn("probes-hf", _no_probes(self.probe_rows, self.selector))
-        if not self._scheduled:
-            _schedule(self, state)
-        _add_run_facts(self.session, args, int(state.max_steps or 0) or self._budget)
+        if self.probe.probes_wanted and not self.probe.probes:
+            self.session.warn("probes-hf", self.probe.why_no_probes())
+        self.plan.fix(int(state.max_steps or 0) or None, "pass eval_steps=[...] or max_steps=N to "
+                      "CapgeoTrainerCallback, or give the Trainer max_steps / num_train_epochs")
+        _add_run_facts(self.session, args, int(state.max_steps or 0) or self.plan.budget)
+        _prepare(self.engine.measures, model, matched_labels(model, self.probe.layers), kwargs.get("train_dataloader"))
+        self.engine.start(TrainerLogs(self._handler, self, args, state, control, kwargs, {}, self.session.warn),
+                          self.plan.budget, int(state.max_steps or 0) or self.plan.budget)  # the layout, the budget
         if state.global_step > 0 and not self.session.view.steps:
-            _restore(self, state)
-        if state.global_step in self._scheduled:
+            _restore(self.engine, state)
+        if state.global_step in self.plan:
             self._measure_at(args, state, control, {"model": model, **kwargs})
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     model: nn.Module | None = None, **kwargs: Any) -> None:
-        if model is not None and state.global_step in self._scheduled:
+        if model is not None and state.global_step in self.plan:
             self._measure_at(args, state, control, {"model": model, **kwargs})
 
     @never_fails
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
-        publisher = TrainerLogs(self._handler, self, args, state, control, kwargs, {}, self.session.warn)
-        self.session.finish(self.measurements(), state.global_step, publisher,
-                            directory=self.output_dir or args.output_dir)
+        self.engine.finish(state.global_step, TrainerLogs(self._handler, self, args, state, control, kwargs, {},
+                                                          self.session.warn),
+                           self.output_dir or args.output_dir, self._parameters or None)
 
     def build_summary(self, state: TrainerState | None = None) -> dict[str, Any]:
         """The run summary from the series measured so far."""
-        return self.session.build_summary(self.measurements(), state.global_step if state is not None else None)
+        return self.session.build_summary(self.engine.measurements(self._parameters or None),
+                                          state.global_step if state is not None else None)
 
     @never_fails
     def _measure_at(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -200,89 +187,55 @@ class CapgeoTrainerCallback(TrainerCallback):
         step, model = int(state.global_step), event["model"]
         if self.session.view.step == step:
             return  # measured at this step already (on_train_begin of a run resumed at a scheduled step)
-        device = str(next(model.parameters()).device)
-        with measuring(model):
-            logged, scalars = self.measure(model, device)
-            if self.acc_fn is not None:
-                scalars[ACC_KEY] = float(self.acc_fn(model, to_device(self.probe_rows, device)))
+        values, scalars = self.measure(model, step)
         if ACC_KEY not in scalars:
             self.session.warn("no-acc", NO_ACC)
-        for tag, value in logged.items():
-            append_point(self.series.setdefault(tag, []), step, value)
-        acc = scalars.pop(ACC_KEY, float("nan"))
+        acc, logged = scalars.pop(ACC_KEY, float("nan")), self.engine.record(step, values)
         publisher = TrainerLogs(self._handler, self, args, state, control, event, {**logged, ACC_KEY: acc, **scalars},
                                 self.session.warn)
-        self.session.start(publisher, list(logged))
-        self.session.evaluate(step, acc, scalars, self.measurements(), publisher, max_steps=self._budget)
+        self.engine.evaluate(step, acc, scalars, publisher, max_steps=self.plan.budget,
+                             parameters=self._parameters or None)
         publisher.log()  # one log event at this step: the log history, and every logger of the Trainer
         publisher.progress(self.session.view.progress())
 
-    def measure(self, model: nn.Module, device: str) -> tuple[dict[str, float], dict[str, float]]:
-        """The units' values by tag, and the answer's scores, on the probe rows (in eval mode, without gradients)."""
-        scalars, _ = probe_pass(model, self.batches, self.units, layers=self.layers, device=device, mask_key=MASK_KEY,
-                                score=scores_answers(self.probe_rows), warn=self.session.warn)
-        computed = [unit.compute() for unit in self.units]
-        self.rows.update({tag: rows for one in computed for tag, rows in one.rows.items()})
-        return {tag: value for one in computed for tag, value in one.values.items()}, scalars
+    def measure(self, model: nn.Module, step: int) -> tuple[dict[str, float], dict[str, float]]:
+        """The values of the measures due at ``step`` by tag (not yet recorded), and the answer's scores from the pass
+        over the probe rows (:meth:`~capgeo_callbacks.engine.RunEngine.measure`)."""
+        return self.engine.measure(model, step, lambda units: self.probe.scores(model, units, self.session.warn))
 
 
-def _schedule(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
-    """The budget and the steps to measure at, where ``eval_steps`` did not give them."""
-    budget = callback.max_steps if callback.max_steps is not None else int(state.max_steps or 0)
-    if budget < 1:
-        raise ValueError("CapgeoTrainerCallback needs a budget: pass eval_steps=[...] or max_steps=N, or "
-                         "give the Trainer max_steps / num_train_epochs")
-    callback._budget = budget
-    callback._scheduled = frozenset(evaluation_steps(budget, callback.points, callback.schedule))
+def _prepare(measures: Sequence[Any], model: nn.Module, labels: Sequence[str], loader: Any) -> None:
+    """Before the first evaluation: the hidden-state measures watch ``labels``, the others their modules of ``model``,
+    and the gradient measures take the model's own loss (where none was given) and their fixed batch, the first
+    examples of the training set."""
+    watch_labels(measures, labels)
+    gradient = [measure for measure in measures if isinstance(measure, GradientMeasure)]
+    examples = training_examples(loader, max((m.num_examples for m in gradient), default=0)) if gradient else None
+    for measure in measures:
+        if isinstance(measure, ModelMeasure):
+            measure.watch(model)
+        if isinstance(measure, GradientMeasure):
+            measure.use_loss(hf_loss, hf_forward)
+            if examples is not None and measure.caching:
+                measure.cache(examples)
 
 
-def _add_run_facts(session: RunSession, args: TrainingArguments | None, budget: int) -> None:
+def _add_run_facts(session: Any, args: TrainingArguments | None, budget: int | None) -> None:
     """The budget and the warm-up, known before the run: the rules read them live (a run_info given wins)."""
-    known = {"max_steps": budget, "warmup_steps": args.get_warmup_steps(budget) if args is not None else None}
+    known = {"max_steps": budget, "warmup_steps": args.get_warmup_steps(budget) if args is not None and budget
+             else None}
     session.add_run_info({key: value for key, value in known.items()
                           if value is not None and session.run_info.get(key) is None})
 
 
-def _restore(callback: CapgeoTrainerCallback, state: TrainerState) -> None:
-    """A resumed run's series, from the entries ``callback`` added to ``state.log_history``."""
-    for entry in state.log_history:  # replayed through the session: the alerts raised before are not announced
-        if ACC_KEY not in entry or "step" not in entry:
-            continue
+def _restore(engine: RunEngine, state: TrainerState) -> None:
+    """A resumed run's series and each measure's count of evaluations, from the entries the callback added to
+    ``state.log_history`` (replayed through the session: the alerts raised before are not announced again)."""
+    entries = [entry for entry in state.log_history if ACC_KEY in entry and "step" in entry]
+    for entry in entries:
         step = int(entry["step"])
-        for tag in [key for key in entry if key.startswith((RANKME, ILDR, PROBE_ACC))]:
-            append_point(callback.series.setdefault(tag, []), step, float(entry[tag]))
+        engine.record(step, {key: float(value) for key, value in entry.items() if isinstance(value, (int, float))})
         scalars = {key: float(entry[key]) for key in (LOGPROB, TOKEN_ACC, VAL_LOSS) if key in entry}
-        callback.session.restore(step, float(entry[ACC_KEY]), scalars, Measurements(callback.series))
-
-
-def _units(selector: Selector, num_rows: int, probes: bool, warn: WarnOnce) -> list[HiddenStateUnit]:
-    """The measuring units the Lightning monitors drive (RankMe, and probes), fed here by one forward pass over the
-    probe rows."""
-    units: list[HiddenStateUnit] = [RankMeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)]
-    return units + ([ProbeUnit(selector, num_rows, mask_key=MASK_KEY, warn=warn)] if probes else [])
-
-
-def _left_out(units: Sequence[HiddenStateUnit]) -> dict[str, str]:
-    """The measures the units left out for lack of their inputs, with why (the summary's ``measures_left_out``)."""
-    return {prefix: why for unit in units for prefix, why in unit.left_out.items()}
-
-
-def _check_arguments(num_rows: int, points: int, batch_size: int, max_steps: int | None, schedule: str,
-                     eval_steps: Sequence[int] | None, acc_fn: AccFn | None) -> None:
-    for name, value, minimum in (("num_rows", num_rows, 2), ("points", points, 1), ("batch_size", batch_size, 1),
-                                 *([("max_steps", max_steps, 1)] if max_steps is not None else [])):
-        check_positive_int(name, value, minimum)
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown evaluation schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
-    if eval_steps is not None and (not eval_steps or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in eval_steps)):
-        raise ValueError(f"eval_steps must be non-negative integers, got {eval_steps!r}")
-    check_callable("acc_fn", acc_fn, "(model, rows) -> float")
-
-
-def _no_probes(rows: Mapping[str, Tensor], selector: Selector) -> str:
-    """Why probes asked for cannot run on these rows, and what to pass."""
-    if not has_targets(rows):
-        return (f"no probes: the probe rows hold no targets (looked for {TARGETS_LOOKED_FOR}); pass probe_rows with "
-                "'labels'")
-    return f"no probes: selector {selector_name(selector)!r} takes rows without labels; use 'target' or 'answer'"
+        engine.session.restore(step, float(entry[ACC_KEY]), scalars, engine.measurements())
+    for measure in engine.measures:
+        measure.evaluations = len(entries)

@@ -20,15 +20,26 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from capgeo_callbacks.capture.batches import TargetsNotFound, answer_scores, find_targets, to_device
+from capgeo_callbacks.capture.batches import (
+    TARGETS_LOOKED_FOR,
+    TargetsNotFound,
+    answer_scores,
+    find_targets,
+    to_device,
+)
 from capgeo_callbacks.capture.layers import glob_match
-from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, Selector, validate_selector
-from capgeo_callbacks.capture.unit import HiddenStateUnit
+from capgeo_callbacks.capture.selectors import ANSWER_SELECTORS, Selector, selector_name, validate_selector
+from capgeo_callbacks.capture.unit import HiddenStateUnit, ProbeUnit
+from capgeo_callbacks.engine.hidden import HiddenStateMeasure
+from capgeo_callbacks.engine.measure import Measure
 from capgeo_callbacks.keys import LOGPROB, TOKEN_ACC, VAL_ACC, VAL_LOSS
+from capgeo_callbacks.registry import build_measure_callbacks, get_measure, resolve_measures
+from capgeo_callbacks.run.failures import check_callable, check_positive_int
 
-__all__ = ["FINAL_NORM_SUFFIX", "HF_NOTE", "MASK_KEY", "TARGET_KEY", "check_model", "check_probe_rows",
-           "has_targets", "hf_layer_labels", "layer_globs", "load_hf", "probe_batches", "probe_pass", "probe_selector",
-           "scores_answers", "selected_rows"]
+__all__ = ["FINAL_NORM_SUFFIX", "HF_NOTE", "MASK_KEY", "TARGET_KEY", "ProbeRows", "check_model", "check_probe_rows",
+           "has_targets", "hf_forward", "hf_layer_labels", "hf_loss", "hf_measures", "layer_globs", "load_hf",
+           "matched_labels", "probe_batches", "probe_pass", "probe_selector", "scores_answers", "selected_rows",
+           "training_examples", "watch_labels"]
 
 FINAL_NORM_SUFFIX = "+final_norm"
 HF_NOTE = ("Hugging Face hidden_states: 'embed' is the token embeddings, 'layers.i' the output of block i; "
@@ -279,3 +290,101 @@ def probe_pass(
         raise ValueError("the probe set is empty")
     return answers.scalars(), labels
 
+
+
+def hf_measures(measures: str | Sequence[str], options: Mapping[str, Mapping[str, Any]] | None,
+                probe: ProbeRows) -> list[Measure]:
+    """The registered ``measures`` (``"default"``, ``"default,commutator"``, names) as the Hugging Face callback drives
+    them: the registry's, built as a Lightning Trainer gets them, ``options[name]`` over the defaults of each; the
+    hidden-state ones on the probe rows (their selector and rows per layer, the layers the hidden states' labels); the
+    probes only where the rows allow them (``probe``'s decision)."""
+    names = resolve_measures(measures) if isinstance(measures, str) else list(measures)
+    probe.probes_wanted, probe.probes = (probe.probes_wanted and "probes" in names, probe.probes and "probes" in names)
+    names = [name for name in names if name != "probes" or probe.probes]
+    rows = {"layers": None, "selector": probe.selector, "num_rows": probe.num_rows, "mask_key": MASK_KEY}
+    given = dict(options or {})
+    built = build_measure_callbacks(names, {name: {**(rows if get_measure(name).needs == "hidden_states" else {}),
+                                                   **given.get(name, {})} for name in names})
+    return [measure for measure in built if isinstance(measure, Measure)]
+
+
+def watch_labels(measures: Sequence[Measure], labels: Sequence[str]) -> None:
+    """The hidden-state measures watch the hidden states labelled ``labels`` (their tags known before the pass)."""
+    for measure in measures:
+        if isinstance(measure, HiddenStateMeasure):
+            measure.unit.watch({label: label for label in labels})
+
+
+def matched_labels(model: nn.Module, layers: Sequence[str] | None) -> list[str]:
+    """The labels of ``model``'s hidden states that ``layers`` (globs; None: all) match, in depth order."""
+    num_layers = int(getattr(model.config, "num_hidden_layers", 0))
+    every = hf_layer_labels(num_layers + 1, num_layers)
+    return [label for label in every if layers is None or any(glob_match(pattern, label) for pattern in layers)]
+
+
+def hf_loss(output: Any, batch: Any) -> Tensor:
+    """A Hugging Face model's own loss of a batch (``labels`` among its keys): ``output.loss``."""
+    return output.loss
+
+
+def hf_forward(model: nn.Module, batch: Mapping[str, Tensor]) -> Any:
+    """A Hugging Face model called as the Trainer calls it: ``model(**batch)``."""
+    return model(**batch)
+
+
+def training_examples(loader: Any, count: int) -> Any:
+    """The first ``count`` examples of a training loader's data set, collated as the loader collates them (a fixed
+    batch that draws nothing from the loader's sampler; the global RNG forked, for a collator that draws); None where
+    the data set cannot be indexed (an iterable stream)."""
+    dataset, collate = getattr(loader, "dataset", None), getattr(loader, "collate_fn", None)
+    if dataset is None or collate is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        return None
+    with torch.random.fork_rng(devices=[]):
+        return collate([dataset[i] for i in range(min(count, len(dataset)))])
+
+
+class ProbeRows:
+    """The fixed probe rows a Hugging Face run is measured on, and how: the hidden states' labels watched, the token
+    selector, the rows per layer, the batches of the pass, whether the probes can run on them, the accuracy.
+
+    Args:
+        rows: the probe rows (:func:`check_probe_rows`).
+        layers: globs over the hidden-state labels (None: all).
+        selector: token rows (default :func:`probe_selector`'s).
+        num_rows: selected rows per layer (default: every row the selector takes).
+        batch_size: rows per forward pass.
+        probes: whether the linear probes were asked for.
+        acc_fn: ``acc_fn(model, rows) -> float``, the accuracy instead of the exact match.
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+
+    def __init__(self, rows: Mapping[str, Tensor], layers: str | Sequence[str] | None, selector: Selector | None,
+                 num_rows: int | None, batch_size: int, probes: bool, acc_fn: Any) -> None:
+        self.rows = check_probe_rows(rows)
+        self.selector, self.layers = probe_selector(self.rows, selector), layer_globs(layers)
+        self.num_rows = max(2, selected_rows(self.rows, self.selector)) if num_rows is None else num_rows
+        check_positive_int("num_rows", self.num_rows, 2)
+        check_positive_int("batch_size", batch_size)
+        check_callable("acc_fn", acc_fn, "(model, rows) -> float")
+        self.acc_fn, self.batches, self.probes_wanted = acc_fn, probe_batches(self.rows, batch_size), bool(probes)
+        self.probes = self.probes_wanted and has_targets(self.rows) and self.selector in ("target", "answer") \
+            and self.num_rows >= ProbeUnit.min_rows
+
+    def why_no_probes(self) -> str:
+        """Why probes asked for cannot run on these rows, and what to pass."""
+        if not has_targets(self.rows):
+            return (f"no probes: the probe rows hold no targets (looked for {TARGETS_LOOKED_FOR}); pass probe_rows "
+                    "with 'labels'")
+        return (f"no probes: selector {selector_name(self.selector)!r} takes rows without labels; use 'target' or "
+                "'answer'")
+
+    def scores(self, model: nn.Module, units: Sequence[HiddenStateUnit], warn: Any) -> dict[str, float]:
+        """One pass of ``model`` over the rows feeding ``units`` (:func:`probe_pass`), and the answer's scores."""
+        device = str(next(model.parameters()).device)
+        scores, _ = probe_pass(model, self.batches, units, layers=self.layers, device=device, mask_key=MASK_KEY,
+                               score=scores_answers(self.rows), warn=warn)
+        if self.acc_fn is not None:
+            scores[VAL_ACC] = float(self.acc_fn(model, to_device(self.rows, device)))
+        return scores

@@ -25,6 +25,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from capgeo_callbacks.callbacks.capability_stopper import CapabilityStopper
+from capgeo_callbacks.engine.joined import joined
+from capgeo_callbacks.engine.run import RunEngine
 from capgeo_callbacks.keys import FORECAST, RANKME
 from capgeo_callbacks.rules import RunView
 from capgeo_callbacks.rules.stopping import StoppingPolicy
@@ -41,14 +43,21 @@ def _finite(value: float | None) -> float | None:
 
 class TuneReportCallback(Callback):
     """Report each evaluation of the run to Ray Tune (module docstring); reads the
-    :class:`~capgeo_callbacks.PrecursorDetector`'s record, so it needs one among the trainer's callbacks."""
+    :class:`~capgeo_callbacks.PrecursorDetector`'s record, so it needs one listed before it among the trainer's
+    callbacks (checked at ``setup``)."""
+
+    engine: RunEngine | None = None  # the run it reports, found at setup
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self.engine = joined(trainer).engine_before(type(self).__name__)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
+        if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero or self.engine is None:
             return
         from ray import tune
 
-        view = CapabilityStopper.detector(trainer).view
+        view = self.engine.session.view
         run = view.run
         if not run.steps or run.step != trainer.global_step:
             return

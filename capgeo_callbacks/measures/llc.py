@@ -48,7 +48,7 @@ from capgeo_callbacks.measures.sgld import (
     _summarise,
 )
 
-__all__ = ["VMAP_MAX_PARAMETERS", "default_nbeta", "estimate_llc"]
+__all__ = ["VMAP_MAX_PARAMETERS", "check_sampler", "default_nbeta", "estimate_llc"]
 
 # estimate_llc(vectorize=None) batches the chains with vmap up to this many trainable parameters.
 VMAP_MAX_PARAMETERS = 2**12
@@ -62,6 +62,27 @@ def default_nbeta(batch_size: int) -> float:
         )
         return 1.0
     return batch_size / math.log(batch_size)
+
+
+def check_sampler(*, num_chains: int, num_draws: int, lr: float, localization: float, nbeta: float | None,
+                  seed: int) -> None:
+    """The SGLD settings of :func:`estimate_llc`, checked where they are given (the monitor checks them before
+    training).
+
+    Raises:
+        ValueError: naming the setting that is wrong and what it must be.
+    """
+    for name, value in (("num_chains", num_chains), ("num_draws", num_draws)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr (the SGLD step size eps) must be a positive number, got {lr!r}")
+    if not (isinstance(localization, (int, float)) and math.isfinite(localization) and localization >= 0):
+        raise ValueError(f"localization (gamma) must be a non-negative number, got {localization!r}")
+    if nbeta is not None and not (isinstance(nbeta, (int, float)) and math.isfinite(nbeta) and nbeta > 0):
+        raise ValueError(f"nbeta must be a positive number or None, got {nbeta!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
 
 
 def estimate_llc(
@@ -153,19 +174,11 @@ def estimate_llc(
         ValueError: non-positive counts or step size, negative localization, an empty loader or a
             model without trainable parameters.
     """
-    for name, value in (
-        ("num_chains", num_chains),
-        ("num_draws", num_draws),
-        ("num_steps_bw_draws", num_steps_bw_draws),
-    ):
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
+    check_sampler(num_chains=num_chains, num_draws=num_draws, lr=lr, localization=localization, nbeta=nbeta, seed=seed)
+    if isinstance(num_steps_bw_draws, bool) or not isinstance(num_steps_bw_draws, int) or num_steps_bw_draws < 1:
+        raise ValueError(f"num_steps_bw_draws must be an integer >= 1, got {num_steps_bw_draws!r}")
     if num_burnin_steps < 0:
         raise ValueError(f"num_burnin_steps must be non-negative, got {num_burnin_steps}")
-    if not lr > 0:
-        raise ValueError(f"lr (eps) must be positive, got {lr}")
-    if localization < 0:
-        raise ValueError(f"localization (gamma) must be non-negative, got {localization}")
     forward = call_model if forward is None else forward
     if device is None:
         first = next(model.parameters(), None)

@@ -27,8 +27,8 @@ def verdict_table(summary: Mapping[str, Any], markdown: bool = False) -> str:
              str(info.get("verdict")), _cell(info.get("gap")))
             for name, info in summary.get("layers", {}).items()]
     if markdown:
-        lines = [f"**{headline}**", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines = [f"**{headline}**", "", markdown_row(header), markdown_row(["---"] * len(header))]
+        lines += [markdown_row(row) for row in rows]
         return "\n".join(lines)
     return "\n".join([headline, *_aligned(header, rows)])
 

@@ -6,6 +6,7 @@ evaluation, the top Hessian eigenvalue from 20 Lanczos steps every 16th, the LLC
 draws on 2 batches of 64 every 32nd; probes every 4th evaluation (64 points a run of 256). The commutator defect
 every 8th evaluation, on the two halves of 64 examples (one pair): on the geometric schedule of 256 evaluations at
 least 8 values before a quarter of the budget (tested), and the first training batch of capgeo's tasks whole at step 0.
+ILDR is measured on RankMe's rows, by RankMe's monitor (``rows_of``): no rows of its own.
 """
 
 from __future__ import annotations
@@ -27,10 +28,14 @@ __all__ = ["BUILTIN_MEASURES"]
 BUILTIN_MEASURES: tuple[MeasureSpec, ...] = (
     MeasureSpec(
         name="rankme", callback=RankMeMonitor, needs="hidden_states", cost="cheap", default=True,
-        keys=(f"{RANKME}<layer>", f"{ILDR}<layer>"), transitions={RANKME: "collapse"},
-        functions=("rankme", "ildr"),
-        description="RankMe (effective dimension) of each watched layer's hidden states, and ILDR (class "
-                    "separation by the rows' targets) on the same rows",
+        options={"ildr_prefix": None}, keys=(f"{RANKME}<layer>",), transitions={RANKME: "collapse"},
+        functions=("rankme",), description="RankMe (effective dimension) of each watched layer's hidden states",
+    ),
+    MeasureSpec(
+        name="ildr", callback=RankMeMonitor, rows_of="rankme", needs="hidden_states", cost="cheap", default=True,
+        options={"ildr_prefix": ILDR[:-1]}, keys=(f"{ILDR}<layer>",), functions=("ildr",),
+        description="ILDR (class separation by the rows' targets) on RankMe's rows; left out, with a note in the "
+                    "summary, where a row has no target",
     ),
     MeasureSpec(
         name="probes", callback=LinearProbeMonitor, needs="hidden_states", cost="cheap", default=True,

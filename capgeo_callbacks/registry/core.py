@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import Callback
 
 from capgeo_callbacks.callbacks.base import MeasureCallback
 from capgeo_callbacks.detection.settings import TRANSITION_KINDS
+from capgeo_callbacks.publish.text import markdown_row
 
 __all__ = [
     "COSTS",
@@ -72,6 +73,9 @@ class MeasureSpec:
         optional_keys: keys written only under other options (``hessian/trace`` with ``trace=True``).
         functions: the pure functions it is computed by (documentation).
         description: what it is, in a line.
+        rows_of: the measure on whose rows this one is computed (ILDR on RankMe's): not a callback of its own, it is
+            switched on in that measure's callback (its ``callback``) by its ``options``; chosen, the other measure
+            must be chosen too.
 
     Raises:
         ValueError: on a bad value; the message names the field and what would be right.
@@ -94,6 +98,7 @@ class MeasureSpec:
     optional_keys: tuple[str, ...] = ()
     functions: tuple[str, ...] = ()
     description: str = ""
+    rows_of: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name) \
@@ -135,6 +140,9 @@ class MeasureSpec:
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
         object.__setattr__(self, "transitions", MappingProxyType(dict(self.transitions)))
         object.__setattr__(self, "default", bool(self.default))
+        if self.rows_of is not None and (self.rows_of == self.name or not self.options):
+            raise ValueError(f"{self.name}: rows_of names another measure, whose callback's options switch this one on "
+                             f"(options=...), got rows_of={self.rows_of!r} and options {dict(self.options)}")
 
     def callback_options(self, **overrides: Any) -> dict[str, Any]:
         """The callback's constructor arguments: the cadence, the default options, then ``overrides``."""
@@ -176,6 +184,10 @@ def register_measure(spec: MeasureSpec, *, replace: bool = False) -> MeasureSpec
     if spec.name in _REGISTRY and not replace:
         raise ValueError(f"measure {spec.name!r} is already registered (by {_REGISTRY[spec.name].callback.__name__}); "
                          "pass replace=True to replace it")
+    carrier = _REGISTRY.get(spec.rows_of) if spec.rows_of is not None else None
+    if spec.rows_of is not None and (carrier is None or carrier.callback is not spec.callback):
+        raise ValueError(f"{spec.name}: rows_of={spec.rows_of!r} must name a measure registered before it with the "
+                         f"same callback ({spec.callback.__name__}); registered: {', '.join(_REGISTRY)}")
     _REGISTRY[spec.name] = spec
     return spec
 
@@ -238,13 +250,29 @@ def measures_help() -> str:
 def build_measure_callbacks(names: Iterable[str], options: Mapping[str, Mapping[str, Any]] | None = None
                             ) -> list[Callback]:
     """The callbacks of the measures ``names``, in registration order, each built from its spec's defaults
-    with ``options[name]`` over them."""
+    with ``options[name]`` over them. A measure computed on another's rows (``rows_of``: ILDR on RankMe's) is
+    switched on in that measure's callback, not built as one of its own.
+
+    Raises:
+        KeyError: on an unknown name.
+        ValueError: where a measure computed on another's rows is chosen without that measure.
+    """
     chosen = set(names)
     unknown = sorted(chosen - set(_REGISTRY))
     if unknown:
         raise KeyError(f"unknown measure(s) {', '.join(unknown)}; registered: {', '.join(_REGISTRY)}")
+    alone = sorted(name for name in chosen if _REGISTRY[name].rows_of not in (None, *chosen))
+    if alone:
+        raise ValueError(f"{', '.join(alone)} is measured on the rows of {_REGISTRY[alone[0]].rows_of!r}: choose that "
+                         f"measure too ('{_REGISTRY[alone[0]].rows_of},{alone[0]}')")
     options = options or {}
-    return [spec.build(**options.get(spec.name, {})) for spec in _REGISTRY.values() if spec.name in chosen]
+    callbacks = []
+    for spec in _REGISTRY.values():
+        if spec.name in chosen and spec.rows_of is None:
+            riders = [other for other in _REGISTRY.values() if other.rows_of == spec.name and other.name in chosen]
+            switched = {key: value for rider in riders for key, value in rider.options.items()}
+            callbacks.append(spec.build(**{**options.get(spec.name, {}), **switched}))
+    return callbacks
 
 
 def measure_transitions(specs: Iterable[MeasureSpec] | None = None) -> dict[str, str]:
@@ -285,9 +313,9 @@ def measures_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
         "callbacks) and this page are read from there, and the transition kinds agree with detection's default",
         "(`DetectionSettings.measure_transitions`; tested), to which `train.py` adds those of a registered measure.",
         "",
-        "| measure | what | needs | cost | callback | cadence (`every_n_evals`) | default options | logged keys "
-        "| transition | in `default` |",
-        "| --- | --- | --- | --- | --- | ---: | --- | --- | --- | --- |",
+        markdown_row(["measure", "what", "needs", "cost", "callback", "cadence (`every_n_evals`)", "default options",
+                      "logged keys", "transition", "in `default`"]),
+        markdown_row(["---"] * 5 + ["---:"] + ["---"] * 4),
     ]
     for spec in specs:
         options = ", ".join(f"`{key}={_value(value)}`" for key, value in spec.options.items()) or "(the callback's)"
@@ -295,9 +323,10 @@ def measures_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
         transitions = ", ".join(f"`{key}{'*' if key.endswith('/') else ''}`: {kind}"
                                 for key, kind in spec.transitions.items()) or "none"
         functions = f" ({_code(spec.functions)})" if spec.functions else ""
-        lines.append(f"| `{spec.name}` | {spec.description}{functions} | {spec.needs} | {spec.cost} | "
-                     f"`{spec.callback.__name__}` | {spec.every_n_evals} | {options} | {keys} | {transitions} | "
-                     f"{'yes' if spec.default else 'no'} |")
+        callback = f"`{spec.callback.__name__}`" + (f" (on `{spec.rows_of}`'s rows)" if spec.rows_of else "")
+        lines.append(markdown_row([f"`{spec.name}`", f"{spec.description}{functions}", spec.needs, spec.cost, callback,
+                                   str(spec.every_n_evals), options, keys, transitions,
+                                   "yes" if spec.default else "no"]))
     lines += [
         "",
         "Presets: `default` is " + (_code(s.name for s in specs if s.default) or "nothing") +
@@ -312,40 +341,45 @@ def measures_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
         "",
         "## Logged keys",
         "",
-        "| key | measure | transition |",
-        "| --- | --- | --- |",
+        markdown_row(["key", "measure", "transition"]),
+        markdown_row(["---"] * 3),
     ]
     kinds = measure_transitions(specs)
     for spec in specs:
         for pattern in (*spec.keys, *spec.optional_keys):
-            lines.append(f"| `{pattern}` | `{spec.name}` | {_transition_of(pattern, kinds)} |")
+            lines.append(markdown_row([f"`{pattern}`", f"`{spec.name}`", _transition_of(pattern, kinds)]))
     lines += [
         "",
         "## Adding a measure",
         "",
-        "A measure is a pure function on tensors, a `MeasureCallback` around it (for hidden states, subclass",
-        "`HiddenStateMonitor` and implement `measure_rows`) and one `register_measure` call; `train.py",
-        "--measures yours` then builds it, the detector records its series and, with a transition kind, detection",
-        "reads it. `tests/registry/test_registry.py` adds the mean L2 norm of the hidden states this way, in one",
-        "file:",
+        "A measure is defined once: a function of a layer's rows (and, where it reads them, their labels) as a",
+        "`RowMeasure`, or a function of the model and a fixed training batch as the `measure(model, batch, step)` of",
+        "a `GradientMeasureCallback`; a monitor names it, and one `register_measure` call describes it. A Lightning",
+        "Trainer and the Hugging Face callback (`measures=`) then run it alike: `train.py --measures yours` builds",
+        "it, the detector records its series and, with a transition kind, detection reads it.",
+        "`tests/registry/test_registry.py` adds the mean L2 norm of the hidden states this way, in one file:",
         "",
         "```python",
-        "from capgeo_callbacks import HiddenStateMonitor, MeasureSpec, register_measure",
+        "from capgeo_callbacks import HiddenStateMonitor, MeasureSpec, RowMeasure, register_measure",
         "",
-        "def mean_l2_norm(z: Tensor) -> float:  # the measure: a pure function on the (N, D) rows",
-        "    return float(z.double().norm(dim=1).mean())",
+        "def mean_l2_norm(rows: Tensor, labels: Tensor | None = None) -> float:  # a function of the (N, D) rows",
+        "    return float(rows.double().norm(dim=1).mean())",
         "",
         "class NormMonitor(HiddenStateMonitor):",
+        "    row_measures = (RowMeasure(\"norm\", mean_l2_norm),)",
+        "",
         "    def __init__(self, layers=\"**.norm_f\", selector=\"first_answer\", num_rows=512, every_n_evals=1,",
         "                 mask_key=\"answer_mask\", prefix=\"norm\"):",
         "        super().__init__(layers, selector, num_rows, every_n_evals, mask_key, prefix)",
         "",
-        "    def measure_rows(self, name, rows, labels, step):",
-        "        return mean_l2_norm(rows)",
-        "",
         "register_measure(MeasureSpec(name=\"norm\", callback=NormMonitor, needs=\"hidden_states\", cost=\"cheap\",",
         "                             keys=(\"norm/<layer>\",), transitions={\"norm/\": \"change\"}))",
         "```",
+        "",
+        "A measure that reads labels says so (`RowMeasure(..., labels=True)`) and gets the monitor's (`labels_fn`);",
+        "beside one that reads none, rows without labels are kept and it is left out, noted in the run's summary",
+        "(`measures_left_out`): so ILDR rides on RankMe's rows. A measure computed on another's rows is registered",
+        "with `rows_of` (ILDR's entry, `rows_of=\"rankme\"`): it is switched on in that measure's monitor.",
         "",
         "Every registered measure passes one conformance test (`tests/registry/test_registry.py`): its callback",
         "is built from its defaults, writes exactly the keys it declares on a real Trainer run, and its options",

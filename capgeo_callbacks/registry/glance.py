@@ -100,11 +100,14 @@ def glance_markdown(specs: Sequence[MeasureSpec] | None = None) -> str:
         markdown_row(["---"] * 6),
     ]
     for spec in specs:
-        keys = ", ".join(f"`{key}`" for key in spec.keys)
+        if spec.rows_of is not None:
+            continue  # in the row of the measure on whose rows it is computed
+        riders = [other for other in specs if other.rows_of == spec.name]
+        keys = ", ".join(f"`{key}`" for one in (spec, *riders) for key in one.keys)
+        what = spec.description + "".join(f"; with `{rider.name}`, {rider.description}" for rider in riders)
         cadence = "every validation" if spec.every_n_evals == 1 else f"every {_ordinal(spec.every_n_evals)} validation"
-        lines.append(markdown_row([f"`{spec.callback.__name__}`", spec.description,
-                                   NEEDS_IN_WORDS.get(spec.needs, spec.needs), keys, f"{spec.cost}: {COSTS[spec.cost]}",
-                                   cadence]))
+        lines.append(markdown_row([f"`{spec.callback.__name__}`", what, NEEDS_IN_WORDS.get(spec.needs, spec.needs),
+                                   keys, f"{spec.cost}: {COSTS[spec.cost]}", cadence]))
     for row in OTHER_CALLBACKS:
         lines.append(markdown_row([f"`{row.name}`", row.purpose, row.needs, row.keys, row.cost, row.cadence]))
     lines += [

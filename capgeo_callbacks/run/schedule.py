@@ -10,8 +10,11 @@ measure".
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
+
+from capgeo_callbacks.run.failures import check_positive_int
 
 SCHEDULES = ("geometric", "linear")
 EARLY_SHARE = 0.25  # share of the points in the early, geometric part
@@ -62,3 +65,63 @@ def validation_passes(max_steps: int, points: int = 256, schedule: str = "geomet
     if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
         raise ValueError(f"steps_per_epoch must be a positive integer or None, got {steps_per_epoch!r}")
     return scheduled, max_steps // steps_per_epoch
+
+
+class Schedule:
+    """The steps a run is evaluated at, whatever trains it: the ones given, or :func:`evaluation_steps` of its budget,
+    known once the budget is (:meth:`fix`). Checked here once, for the Lightning and the Hugging Face adapters.
+
+    Args:
+        steps: the steps to evaluate at (default: the schedule over the budget).
+        max_steps: the budget the schedule spans (default: the trainer's, given to :meth:`fix`).
+        points: evaluations over the budget (about; see :func:`evaluation_steps`).
+        schedule: ``"geometric"`` or ``"linear"``.
+        name: the argument ``steps`` is given as, for the messages.
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+
+    def __init__(self, steps: Sequence[int] | None = None, *, max_steps: int | None = None, points: int = 256,
+                 schedule: str = "geometric", name: str = "steps") -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown evaluation schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+        check_positive_int("points", points)
+        if max_steps is not None:
+            check_positive_int("max_steps", max_steps)
+        if steps is not None and (not list(steps) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)):
+            raise ValueError(f"{name} must be non-negative integers, got {steps!r}")
+        self.points, self.schedule, self.max_steps = points, schedule, max_steps
+        self.steps: list[int] | None = None
+        self._scheduled: frozenset[int] = frozenset()
+        if steps is not None:
+            self.use(steps)
+
+    def use(self, steps: Sequence[int]) -> None:
+        """Evaluate at ``steps`` (a resumed run's, as its checkpoint kept them)."""
+        self.steps = sorted({int(step) for step in steps})
+        self._scheduled = frozenset(self.steps)
+
+    @property
+    def budget(self) -> int | None:
+        """The steps the schedule spans: ``max_steps``, else the last step given (None: not known yet)."""
+        return self.max_steps if self.max_steps is not None else (self.steps[-1] if self.steps else None)
+
+    def fix(self, budget: int | None, how: str) -> list[int]:
+        """The steps, the schedule over ``budget`` (the trainer's, where ``max_steps`` was not given) if none were
+        given.
+
+        Raises:
+            ValueError: where no budget is known (``how`` says how to give one).
+        """
+        if self.steps is None:
+            budget = self.max_steps if self.max_steps is not None else budget
+            if budget is None or budget < 1:
+                raise ValueError(f"the evaluation schedule needs a budget: {how}")
+            self.max_steps = budget
+            self.use(evaluation_steps(budget, self.points, self.schedule))
+        return list(self.steps or [])
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._scheduled

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from capgeo_callbacks.keys import ACC, LOGPROB, PROBE_ACC, RANKME, TOKEN_ACC, TRAIN_LOSS, VAL_LOSS, WEIGHT_NORM
+from capgeo_callbacks.publish.text import markdown_row
 from capgeo_callbacks.rules import Rule, RunView, rule_output
 
 __all__ = ["LEGEND", "MIN_GROUP", "SHARES", "Auroc", "auroc", "discrimination", "discrimination_table",
@@ -376,12 +377,12 @@ def discrimination_table(found: Mapping[str, Any]) -> str:
         if not any(_decidable(groups[column]) for column in columns):
             parts += [text + " No AUROC at this share.", ""]
             continue
-        parts += [text, "", "| score | direction | " + " | ".join(
-            f"{column} ({groups[column][0]} vs {groups[column][1]})" for column in columns) + " |",
-            "| --- | --- |" + " --- |" * len(columns)]
+        parts += [text, "", markdown_row(["score", "direction", *(
+            f"{column} ({groups[column][0]} vs {groups[column][1]})" for column in columns)]),
+            markdown_row(["---"] * (2 + len(columns)))]
         for row in entry["rows"]:
-            parts.append(f"| {row['name']} | {_direction_text(row['direction'], row['source'])} | "
-                         + " | ".join(str(row["cells"][column]) for column in columns) + " |")
+            parts.append(markdown_row([row["name"], _direction_text(row["direction"], row["source"]),
+                                       *(str(row["cells"][column]) for column in columns)]))
         parts.append("")
     return "\n".join(parts).rstrip("\n")
 

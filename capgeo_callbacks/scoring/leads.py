@@ -70,7 +70,7 @@ class RuleGrid:
         name: the rule's name in :data:`~capgeo_callbacks.rules.RULES`; its factory makes each point
             (``RULES[name](**point)``) and its default settings are the factory's.
         grid: each setting's values, in order; the points are their product (none: the rule as registered).
-        geometric: whether the rule reads a geometric series (RankMe, a probe, ILDR).
+        geometric: whether the rule reads a geometric series (RankMe, a probe, ILDR, the commutator defect).
         factory: another factory than ``RULES[name]`` (a rule not registered, a registered warning's settings).
     """
 
@@ -113,6 +113,7 @@ GRIDS: dict[str, RuleGrid] = {grid.name: grid for grid in (
     RuleGrid("rankme-fall", {"fall": (0.05, 0.1, 0.2, 0.3, 0.5, 0.7), "held": (1, 3),
                              "ignore_steps": (0, 50, 100, 200)}, geometric=True),
     RuleGrid("ildr-rise", {"multiple": (1.5, 2.0, 2.5, 3.0, 5.0, 10.0)}, geometric=True),
+    RuleGrid("commutator-rise", {"multiple": (1.5, 2.0, 3.0, 5.0)}, geometric=True),
     RuleGrid("val-loss-fall", {"fall": (0.05, 0.1, 0.2, 0.3, 0.5, 0.7), "held": (1, 2, 3, 5)}),
     RuleGrid("acc-onset", {"units": (2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 40.0)}),
     RuleGrid("loss-onset"),

@@ -55,6 +55,7 @@ import numpy as np
 from capgeo_callbacks.detection import Alert, Chance, DetectionSettings, label_run
 from capgeo_callbacks.detection.onset import learning_onset
 from capgeo_callbacks.detection.stats import wilson
+from capgeo_callbacks.publish.text import markdown_row
 from capgeo_callbacks.rules import Forecast, Rule, RunView, rule_output
 from capgeo_callbacks.run.reading import find_runs
 
@@ -328,9 +329,10 @@ def forecast_scores(rule: Rule, runs: Sequence[ScoredRun], fractions: Sequence[f
 def warning_table(scores: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: one row per rule, best F1 first; rules with equal precision and recall share a rank."""
     ordered = sorted(scores, key=lambda s: (-(s["f1"] or 0.0), -(s["precision"].value or 0.0), s["rule"]))
-    lines = ["| rank | rule | precision | recall (acquired fully) | false alarms: controls | false alarms: never "
-             "acquired | lead, steps (median [q25, q75]) | lead, share of time to acquisition | lead over onset |",
-             "| ---: | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [markdown_row(["rank", "rule", "precision", "recall (acquired fully)", "false alarms: controls",
+                           "false alarms: never acquired", "lead, steps (median [q25, q75])",
+                           "lead, share of time to acquisition", "lead over onset"]),
+             markdown_row(["---:"] + ["---"] * 8)]
     rank, previous = 0, None
     for i, s in enumerate(ordered):
         key = (s["precision"].k, s["precision"].n, s["recall"].k, s["recall"].n)
@@ -338,9 +340,9 @@ def warning_table(scores: Sequence[Mapping[str, Any]]) -> str:
         previous = key
         tie = " (tie)" if sum((o["precision"].k, o["precision"].n, o["recall"].k, o["recall"].n) == key
                               for o in ordered) > 1 else ""
-        lines.append(f"| {rank}{tie} | {s['rule']} | {s['precision']} | {s['recall']} | "
-                     f"{s['false_alarms_controls']} | {s['false_alarms_never_acquired']} | {_cell(s['lead'])} | "
-                     f"{_cell(s['lead_share'], 2)} | {_cell(s['lead_over_onset'])} |")
+        lines.append(markdown_row([f"{rank}{tie}", str(s["rule"]), str(s["precision"]), str(s["recall"]),
+                                   str(s["false_alarms_controls"]), str(s["false_alarms_never_acquired"]),
+                                   _cell(s["lead"]), _cell(s["lead_share"], 2), _cell(s["lead_over_onset"])]))
     return "\n".join(lines)
 
 
@@ -368,9 +370,10 @@ def _bound(value: float) -> str:
 def forecast_table(scores: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: median relative error [bootstrap 95%] at each fraction, coverage and width at 50%."""
     fractions = list(next(iter(scores))["fractions"]) if scores else []
-    head = " | ".join(f"error at {float(f):.0%}" for f in fractions)
-    lines = [f"| forecaster | {head} | interval covers (at 50%) | mean width (at 50%) | 'not within reach' at the "
-             "end: controls | never acquired |", "| --- |" + " --- |" * (len(fractions) + 4)]
+    head = [f"error at {float(f):.0%}" for f in fractions]
+    lines = [markdown_row(["forecaster", *head, "interval covers (at 50%)", "mean width (at 50%)",
+                           "'not within reach' at the end: controls", "never acquired"]),
+             markdown_row(["---"] * (len(fractions) + 5))]
     for s in scores:
         cells = []
         for f in fractions:
@@ -378,9 +381,9 @@ def forecast_table(scores: Sequence[Mapping[str, Any]]) -> str:
             cells.append(f"{error_text(entry)} (n={entry['n']})")
         half = s["fractions"].get("0.5", {})
         width = half.get("mean_width")
-        lines.append(f"| {s['rule']} | " + " | ".join(cells) + f" | {half.get('coverage', '-')} | "
-                     f"{'-' if width is None else f'{width:.2f}'} | {s['controls_beyond']} | "
-                     f"{s['never_acquired_beyond']} |")
+        lines.append(markdown_row([str(s["rule"]), *cells, str(half.get("coverage", "-")),
+                                   "-" if width is None else f"{width:.2f}", str(s["controls_beyond"]),
+                                   str(s["never_acquired_beyond"])]))
     return "\n".join(lines)
 
 

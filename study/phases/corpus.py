@@ -165,6 +165,31 @@ def made_on(device: str) -> dict[str, Any]:
     return {"machine": f"{platform.node()} ({accelerator})", "accelerator": accelerator, **versions}
 
 
+def function_summary(trial_dir: Path, commit: str) -> dict[str, Any]:
+    """A training function's capgeo summary with what train.py records of itself, read from the function's own
+    record ``run.json`` (the grokking example's): its settings and budget, CPU and wall seconds over every part,
+    resumes and threads, and where it ran; ``commit`` is the clean checkout that launched it
+    (:func:`~study.checkout.require_clean_tree`)."""
+    [summary_path] = sorted(trial_dir.glob("**/capgeo_summary.json"))[-1:]
+    summary = read_summary(summary_path)
+    record = json.loads((trial_dir / "run.json").read_text())
+    summary.update(settings=record["settings"], max_steps=int(record["settings"]["max_steps"]),
+                   cpu_seconds=record["cpu_seconds"],
+                   wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
+                   resumes=len(record["parts"]) - 1, threads=record["threads"],
+                   omp_num_threads=record["omp_num_threads"], commit=commit, uncommitted_changes=False,
+                   **made_on("cpu"))
+    return summary
+
+
+def trial_summary(trial: Any, commit: str) -> dict[str, Any] | None:
+    """A finished trial's summary (None: not finished): a train.py run's as it wrote it, a training function's with
+    what train.py records of itself (:func:`function_summary`)."""
+    if trial.state()[0] != "finished":
+        return None
+    return function_summary(trial.root, commit) if trial.kind == "function" else summary_of(trial)
+
+
 RECORDED = ("machine", "accelerator", "torch", "lightning", "cpu_seconds")  # what a summary says of where it ran
 
 

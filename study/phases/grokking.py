@@ -30,7 +30,7 @@ from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.sweeps import FunctionTrial, launch
 from study.checkout import ROOT, require_clean_tree
 from study.phases import registered_phase_command
-from study.phases.corpus import CORPUS, write_packed
+from study.phases.corpus import CORPUS, function_summary, write_packed
 from study.registrations.policy import committed, load_registered, sha256
 
 REGISTRATION = ROOT / "study" / "grokking_registration.json"
@@ -146,17 +146,9 @@ def fit(calibration: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def export(trial_dir: Path, config: Mapping[str, Any], phase: str, commit: str, digest: str) -> Path:
     """The run's summary with what the report needs (settings, phase, cost, provenance, registration) into
     ``corpus/grokking/<phase>/<name>.json.gz``."""
-    from study.phases.corpus import made_on
-
-    [summary_path] = sorted(trial_dir.glob("**/capgeo_summary.json"))[-1:]
-    summary = read_summary(summary_path)
-    record = json.loads((trial_dir / "run.json").read_text())
-    summary.update(name=run_name(config), phase=phase, control=bool(config["control"]), settings=record["settings"],
-                   max_steps=int(config["max_steps"]), cpu_seconds=record["cpu_seconds"],
-                   wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
-                   resumes=len(record["parts"]) - 1, threads=record["threads"],
-                   omp_num_threads=record["omp_num_threads"], commit=commit, uncommitted_changes=False,
-                   registration={"path": str(REGISTRATION.relative_to(ROOT)), "sha256": digest}, **made_on("cpu"))
+    summary = function_summary(trial_dir, commit)
+    summary.update(name=run_name(config), phase=phase, control=bool(config["control"]),
+                   registration={"path": str(REGISTRATION.relative_to(ROOT)), "sha256": digest})
     target = FOLDER / phase / f"{run_name(config)}.json.gz"
     write_packed(summary, target)
     return target

@@ -1,36 +1,39 @@
 """Twins (issue 44; spec section 16): runs that share every setting and differ only in their seed, in cells where
 about half the seeds acquire within the budget, so that no setting tells them apart. Does the geometry (RankMe per
-layer, the probes, ILDR) tell which twins will acquire, beyond the accuracy, the losses and the weight norm?
+layer, the probes, ILDR, the commutator defect) tell which twins will acquire, beyond the accuracy, the losses and
+the weight norm?
 
     python -m study.phases.twins pilots run   # the pilot runs (seeds 3000 and up) -> corpus/twins/pilots/
     python -m study.phases.twins pilots       # each candidate cell's pilot outcomes (docs/twins-pilots.md)
+    python -m study.phases.twins calibration run --workers 2   # the registered twins -> corpus/twins/calibration/
+    python -m study.phases.twins fit                           # the calibration twins -> study/twins_fitted.json
+    python -m study.phases.twins heldout run --workers 2       # refuses to start before the fit is committed
 
 This module holds the first step: **pilots**, on their own seed range, listed and never reported as results, that
 find the cells. Each candidate is a train.py setting with its budget (the learning-rate schedule is tied to the
 budget, so each candidate budget has its own pilot seeds) or a grokking setting run long (its learning rate is
 constant after a short warm-up, so a budget can be read off long runs: a run cut at a budget is that run's
 prefix). A cell is a twin cell when 30-70% of its pilot seeds acquire within the budget. The registration (cells,
-seeds per cell, models, endpoints, decision rules, targets) is committed after the pilots and before any
-calibration twin; it is not in this module yet.
+seeds per cell, models, endpoints, decision rules, targets, every run's settings) is committed after the pilots and
+before any calibration twin; :mod:`study.phases.twins_registered` runs its phases.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from capgeo_callbacks.run.summary import read_summary
-from capgeo_callbacks.sweeps import FunctionTrial, launch, summary_of
+from capgeo_callbacks.sweeps import FunctionTrial, launch
 from study.checkout import ROOT, require_clean_tree
-from study.phases.corpus import CORPUS, write_packed
+from study.phases import registered_phase_command
+from study.phases import twins_registered as registered
+from study.phases.corpus import trial_summary, write_packed
+from study.phases.twins_cells import FOLDER, RUNS, cell_name
 from sweep import Trial
 
-FOLDER = CORPUS / "twins"
-RUNS = ROOT / "runs" / "twins"
 DOC = ROOT / "docs" / "twins-pilots.md"
 PILOT_SEEDS = tuple(range(3000, 3008))  # 8 per candidate cell; never a calibration or held-out seed
 TWIN_SHARE = (0.3, 0.7)  # a twin cell: this share of its pilot seeds acquire within the budget
@@ -68,13 +71,6 @@ GROKKING_CANDIDATES: tuple[Mapping[str, Any], ...] = (
     {"operation": "add", "fraction": 0.45, "weight_decay": 1.0},
     {"operation": "sub", "fraction": 0.45, "weight_decay": 1.0},
 )
-
-
-def cell_name(candidate: Mapping[str, Any]) -> str:
-    """``sort-medium-b450`` or ``grok-add-f0.45-wd1``."""
-    if "operation" in candidate:
-        return f"grok-{candidate['operation']}-f{candidate['fraction']:g}-wd{candidate['weight_decay']:g}"
-    return f"{candidate['task']}-{candidate['difficulty']}-b{candidate['max_steps']}"
 
 
 def pilot_jobs() -> list[tuple[str, Trial | FunctionTrial]]:
@@ -131,16 +127,10 @@ def run_pilots(engine: str = "ray", workers: int = 2) -> list[Path]:
         named = {trial.root: name for name, trial in todo}
 
         def finished(outcome: Any, named: Mapping[Path, str] = named) -> None:  # exported as each ends
-            summary = summary_of(outcome.trial)
+            summary = trial_summary(outcome.trial, commit)
             if summary is not None:
                 name = named[outcome.trial.root]
                 summary.update(name=name, phase="pilots", cell=outcome.trial.tags["cell"])
-                if outcome.trial.kind == "function":  # what train.py records itself, from the launcher's record
-                    record = json.loads((outcome.trial.root / "run.json").read_text())
-                    summary.update(settings=record["settings"], max_steps=LONG_BUDGET,
-                                   cpu_seconds=record["cpu_seconds"],
-                                   wall_seconds=round(sum(part["wall_seconds"] for part in record["parts"]), 1),
-                                   threads=record["threads"], commit=commit, uncommitted_changes=False)
                 written.append(write_packed(summary, FOLDER / "pilots" / f"{name}.json.gz"))
 
         launch([trial for _, trial in todo], engine=engine, jobs=workers, on_outcome=finished)
@@ -184,18 +174,8 @@ def page() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.phases.twins", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    pilots = sub.add_parser("pilots", help="the pilots' table, or (run) the pilot runs")
-    pilots.add_argument("action", nargs="?", choices=("table", "run"), default="table")
-    pilots.add_argument("--engine", default="ray", choices=("ray", "submitit"))
-    pilots.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args(argv)
-    if args.action == "run":
-        for target in run_pilots(args.engine, args.workers):
-            print(target.relative_to(ROOT))
-    print(page())
+    registered_phase_command("twins", __doc__, registered.PHASES, registered.FITTED, registered.run_phase,
+                             registered.fit_calibration, page, argv, run_pilots=run_pilots)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 r"""Twins: the registered test's analysis (issue 44; spec section 16). Does the geometry add to what the accuracy,
 the losses and the weight norm tell about which twins will acquire?
 
-    python -m study.phases.twins_analysis fit   # the calibration twins -> study/twins_fitted.json (frozen)
+    python -m study.phases.twins fit   # the calibration twins -> study/twins_fitted.json (frozen)
 
 Twins share every setting and differ only in their seed (:mod:`study.phases.twins`); a summary's ``cell`` names its
 setting, ``grok-...`` cells are the grokking family, the others capgeo's tasks. Everything here is computed from the
@@ -29,8 +29,10 @@ series whose scale is the model's (:func:`landmark_features`).
   **last** (deepest) watched layer, the last RankMe series a run records (they are recorded shallowest first), and
   the **mean** over its layers. The probe: the deepest probed layer's accuracy gain over its first measurement (an
   accuracy: no scale to remove). ILDR (``ildr/<layer>``, where a run records it): its log change since its early
-  value, last layer and mean. Every geometric feature is a log ratio, a ratio or a slope of a log: multiplying a
-  run's RankMe (or ILDR) by any constant leaves it unchanged.
+  value, last layer and mean. The commutator defect (``commutator/defect``, where a run records it, every 8th
+  evaluation): the log of its current value (the mean of its last three) over its early value, its first value at or
+  after the warm-up's end. Every geometric feature is a log ratio, a ratio or a slope of a log: multiplying a run's
+  RankMe (or ILDR, or its defect) by any constant leaves it unchanged.
 - *Missing values* (a probe not measured yet, a series a run does not record, a slope with one point): the
   feature is imputed 0 (no change) and a 0/1 indicator per group (:data:`MISSING`) says so; no row is dropped.
   The fit records how many rows each indicator flagged.
@@ -38,13 +40,17 @@ series whose scale is the model's (:func:`landmark_features`).
 Each run's features at a landmark are computed once (:meth:`TwinRun.features`), whichever model, family or
 comparison reads them.
 
-**Models.** Two of one kind, per landmark: scikit-learn's ``LogisticRegression`` (L2) behind a ``StandardScaler``
-in one ``Pipeline`` (a constant column is left unscaled), the penalty ``C`` chosen from :data:`C_GRID` by the
-out-of-fold log loss of ``StratifiedGroupKFold`` grouped by run (each run's rows in one fold; :data:`FOLDS` folds,
-fewer where a kind has fewer runs), the smaller ``C`` on a tie. Each fold's pipeline standardises with its own
-training rows' mean and standard deviation, so a validation fold never informs its own scaling; the frozen model
-is the pipeline refitted on every calibration row. Both models see the same folds. :func:`fit` returns plain
-numbers (JSON); :func:`predict` needs numpy alone.
+**Models** (:data:`MODELS`), all of one kind, per landmark: the two primary ones, ``base`` and ``geometry`` (base +
+geometry), and for the secondary endpoints each geometric signal alone added to base (:data:`SIGNAL_MODELS`:
+``base+rankme``, ``base+probe``, ``base+ildr``, ``base+commutator``; the base features, the signal's group of
+:data:`SIGNALS` and its missing indicator). Each is scikit-learn's ``LogisticRegression`` (L2) behind a
+``StandardScaler`` in one ``Pipeline`` (a constant column is left unscaled), the penalty ``C`` chosen from
+:data:`C_GRID` by the out-of-fold log loss of ``StratifiedGroupKFold`` grouped by run (each run's rows in one fold;
+:data:`FOLDS` folds, fewer where a kind has fewer runs), the smaller ``C`` on a tie. Each fold's pipeline
+standardises with its own training rows' mean and standard deviation, so a validation fold never informs its own
+scaling; the frozen model is the pipeline refitted on every calibration row. Every model sees the same folds
+(made once per landmark, recorded in the fit). :func:`fit` returns plain numbers (JSON); :func:`predict` needs
+numpy alone.
 
 **The primary endpoint** (:func:`compare`, :func:`decide`): at 25% of the budget, among the held-out runs not yet
 acquired, the paired difference in log loss, base minus base + geometry (nats a run; positive: the geometry
@@ -54,6 +60,16 @@ bound is above 0; **adds nothing** where the upper bound is below the registered
 **inconclusive**, and inconclusive too where n < 2 or every resample gives one difference (a tie: nothing to
 judge). One per family and pooled. Beside it: the paired AUROC difference within cell (pairs of one acquirer and
 one non-acquirer of the same cell: which twins, not which cells), the Brier scores, the 10% and 50% landmarks.
+
+**Secondary endpoints, each signal alone** (``secondary`` of :func:`compare`): the same three paired differences of
+each model of :data:`SIGNAL_MODELS` against base, on the same runs and the same resamples, per family and pooled,
+each judged by the same rule (a secondary result, never the registered decision); inconclusive where no run of the
+scope records the signal.
+
+**Short cells** (the registration's short-cell rule): a cell with fewer than :data:`MIN_GROUP` runs of either kind
+at a landmark keeps its runs in the log loss and Brier and adds no pair to the AUROC within cell
+(:func:`holding_both`); a family with fewer than :data:`MIN_CELLS` cells holding both kinds at 25% of the budget has
+its AUROC-based targets judged inconclusive (:func:`auroc_short`).
 
 **Rules** (:func:`rule_leads`): the library's rules, each with its grid of settings
 (:data:`~capgeo_callbacks.scoring.leads.GRIDS`), its operating point chosen on the calibration twins by the one
@@ -65,8 +81,6 @@ and controls that alert; the best geometric rule is named on calibration (:func:
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,7 +88,7 @@ from typing import Any
 
 import numpy as np
 
-from capgeo_callbacks.keys import ILDR, PROBE_ACC, RANKME, TRAIN_LOSS, VAL_LOSS
+from capgeo_callbacks.keys import COMMUTATOR_DEFECT, ILDR, PROBE_ACC, RANKME, TRAIN_LOSS, VAL_LOSS
 from capgeo_callbacks.rules import RunView
 from capgeo_callbacks.rules.survival import WINDOW, survival_features
 from capgeo_callbacks.scoring.discrimination import MIN_GROUP, SHARES, population
@@ -83,10 +97,10 @@ from capgeo_callbacks.scoring.leads import rule_leads as library_rule_leads
 from capgeo_callbacks.scoring.paired import RESAMPLES, Difference, metric, paired_difference
 from capgeo_callbacks.scoring.scores import Rate, scored_run
 from study.checkout import ROOT
-from study.phases.twins import FOLDER
+from study.phases.twins_cells import family
 
 FITTED = ROOT / "study" / "twins_fitted.json"
-REGISTRATION = ROOT / "study" / "twins_registration.json"  # committed after the pilots (the template's draft)
+REGISTRATION = ROOT / "study" / "twins_registration.json"  # committed after the pilots (its draft: *_draft.json)
 LANDMARKS = SHARES  # 10%, 25%, 50% of the budget
 PRIMARY = 0.25
 FAMILIES = ("tasks", "grokking")
@@ -97,21 +111,24 @@ RECENT = 3  # a series' current value: the mean of its last three finite values
 SURVIVAL = ("acc", "acc_gain", "acc_slope", "loss_drop", "loss_slope", "norm_change", "norm_slope")
 BASE = ("acc", "acc_gain", "acc_slope", "val_loss_drop", "val_loss_slope", "train_loss_drop", "train_loss_slope",
         "loss_gap", "norm_change", "norm_slope")
-GEOMETRY = ("rankme_change_last", "rankme_change_mean", "rankme_drop_last", "rankme_drop_mean",
-            "rankme_slope_last", "rankme_slope_mean", "probe_gain", "ildr_change_last", "ildr_change_mean")
-MISSING = {"missing_base": BASE, "missing_rankme": GEOMETRY[:6], "missing_probe": ("probe_gain",),
-           "missing_ildr": GEOMETRY[7:]}  # indicator -> the features it flags
+RANKME_FEATURES = ("rankme_change_last", "rankme_change_mean", "rankme_drop_last", "rankme_drop_mean",
+                   "rankme_slope_last", "rankme_slope_mean")
+SIGNALS = {"rankme": RANKME_FEATURES, "probe": ("probe_gain",), "ildr": ("ildr_change_last", "ildr_change_mean"),
+           "commutator": ("commutator_change",)}  # each geometric signal's features
+GEOMETRY = tuple(name for features in SIGNALS.values() for name in features)
+MISSING = {"missing_base": BASE,  # indicator -> the features it flags
+           **{f"missing_{signal}": features for signal, features in SIGNALS.items()}}
+SIGNAL_MODELS = {f"base+{signal}": (*BASE, "missing_base", *features, f"missing_{signal}")
+                 for signal, features in SIGNALS.items()}  # the secondary endpoints: each signal alone
 MODELS = {"base": (*BASE, "missing_base"),
-          "geometry": (*BASE, "missing_base", *GEOMETRY, "missing_rankme", "missing_probe", "missing_ildr")}
+          "geometry": (*BASE, "missing_base", *GEOMETRY, *(f"missing_{signal}" for signal in SIGNALS)),
+          **SIGNAL_MODELS}
+PRIMARY_MODEL = "geometry"  # the model of the primary endpoint, against base
 ADDS, NOTHING, INCONCLUSIVE = "adds", "adds nothing", "inconclusive"
+MIN_CELLS = 2  # cells holding both kinds a family needs at the primary landmark for its AUROC-based targets
 
 
 # ------------------------------------------------------------------------------------------- runs
-
-
-def family(cell: str) -> str:
-    """``grokking`` for a ``grok-...`` cell, else ``tasks`` (capgeo's tasks)."""
-    return "grokking" if str(cell).startswith("grok-") else "tasks"
 
 
 @dataclass(frozen=True)
@@ -230,6 +247,7 @@ def landmark_features(view: RunView, budget: float) -> dict[str, float]:
     start = early_index(view)
     rankme_last, rankme_mean = _layers(view, RANKME, budget, start)
     ildr_last, ildr_mean = _layers(view, ILDR, budget, start)
+    commutator = relative(view, COMMUTATOR_DEFECT, budget, start)[0]
     probes = view.tags(PROBE_ACC)
     probe = np.array(view.values(probes[-1]) if probes else (), dtype=float)
     probe = probe[np.isfinite(probe)]
@@ -242,7 +260,7 @@ def landmark_features(view: RunView, budget: float) -> dict[str, float]:
         "rankme_drop_last": rankme_last[1], "rankme_drop_mean": rankme_mean[1],
         "rankme_slope_last": rankme_last[2], "rankme_slope_mean": rankme_mean[2],
         "probe_gain": float(probe[-1] - probe[0]) if len(probe) else math.nan,
-        "ildr_change_last": ildr_last[0], "ildr_change_mean": ildr_mean[0],
+        "ildr_change_last": ildr_last[0], "ildr_change_mean": ildr_mean[0], "commutator_change": commutator,
     }
 
 
@@ -283,11 +301,13 @@ def _pipeline(c: float) -> Any:
 
 
 def fit_logistic(x: np.ndarray, outcomes: Sequence[int], groups: Sequence[object],
-                 grid: Sequence[float] = C_GRID, folds: int = FOLDS, seed: int = 0) -> dict[str, Any]:
+                 grid: Sequence[float] = C_GRID, folds: int = FOLDS, seed: int = 0,
+                 splits: Sequence[tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, Any]:
     """An L2 logistic regression on standardised ``x``, its ``C`` chosen by grouped cross-validation, each fold
-    standardised with its own training rows (module docstring), as plain numbers."""
+    standardised with its own training rows (module docstring), as plain numbers. ``splits``: the folds
+    (:func:`cv_folds` of ``outcomes`` and ``groups`` where not given), so that several models share them."""
     y = np.asarray(outcomes, dtype=int)
-    splits = cv_folds(y, groups, folds, seed)
+    splits = cv_folds(y, groups, folds, seed) if splits is None else list(splits)
     losses: dict[float, float] = {}
     for c in grid if splits else ():
         out_of_fold = np.empty(len(y))
@@ -308,9 +328,10 @@ def _rows(runs: Sequence[TwinRun], share: float) -> tuple[list, list[dict[str, f
 
 def fit(calibration: Sequence[Mapping[str, Any]], landmarks: Sequence[float] = LANDMARKS,
         grid: Sequence[float] = C_GRID, folds: int = FOLDS, seed: int = 0) -> dict[str, Any]:
-    """Both models at each landmark, fitted on the calibration twins' summaries (module docstring): a dict of plain
-    numbers to freeze as JSON. A landmark with fewer than :data:`MIN_GROUP` runs of a kind gets no models
-    (``models`` None, with the reason)."""
+    """Every model of :data:`MODELS` (the two primary ones and each signal alone added to base) at each landmark,
+    fitted on the calibration twins' summaries on one set of folds (module docstring; ``validation_folds``: the runs
+    of each): a dict of plain numbers to freeze as JSON. A landmark with fewer than :data:`MIN_GROUP` runs of a kind
+    gets no models (``models`` None, with the reason)."""
     import sklearn
 
     runs = twin_runs(calibration)
@@ -326,11 +347,14 @@ def fit(calibration: Sequence[Mapping[str, Any]], landmarks: Sequence[float] = L
             entry.update(models=None, reason=f"{sum(y)} runs acquire later and {len(y) - sum(y)} never do: fewer "
                                              f"than {MIN_GROUP} of a kind")
         else:
+            splits = cv_folds(y, groups, folds, seed)  # one set of folds for every model
+            entry["validation_folds"] = [sorted(groups[i] for i in test) for _, test in splits]
             entry["models"] = {name: {"features": list(names),
                                       **fit_logistic(np.array([vector(row, names) for row in rows]), y, groups,
-                                                     grid, folds, seed)} for name, names in MODELS.items()}
+                                                     grid, folds, seed, splits)} for name, names in MODELS.items()}
         fits[f"{share:g}"] = entry
-    return {"what": "twins: base and base + geometry logistic models per landmark (study.phases.twins_analysis)",
+    return {"what": "twins: base, base + geometry and base + each geometric signal alone, logistic models per "
+                    "landmark (study.phases.twins_analysis)",
             "landmarks": [float(share) for share in landmarks], "grid": [float(c) for c in grid], "folds": folds,
             "seed": seed, "scikit_learn": sklearn.__version__, "calibration_runs": sorted(run.name for run in runs),
             "fits": fits}
@@ -348,9 +372,9 @@ def _models(frozen: Mapping[str, Any], share: float) -> Mapping[str, Any] | None
     return None if entry is None else entry["models"]
 
 
-def predict(frozen: Mapping[str, Any], summary: Mapping[str, Any], share: float, model: str = "geometry"
+def predict(frozen: Mapping[str, Any], summary: Mapping[str, Any], share: float, model: str = PRIMARY_MODEL
             ) -> float | None:
-    """The frozen ``model``'s (``base`` or ``geometry``) probability that the run of ``summary`` acquires within its
+    """The frozen ``model``'s (a name of :data:`MODELS`) probability that the run of ``summary`` acquires within its
     budget, read at ``share`` of it; None where the run is not in the landmark's population (a control, acquired
     already, no evaluation yet) or the landmark has no models."""
     run, models = twin_run(summary), _models(frozen, share)
@@ -364,31 +388,72 @@ def predict(frozen: Mapping[str, Any], summary: Mapping[str, Any], share: float,
 # ------------------------------------------------------------------------------------------- the endpoint
 
 
+def holding_both(cells: Mapping[str, Sequence[int]]) -> list[str]:
+    """The cells of ``cells`` (``{cell: [acquire later, never]}``) with at least :data:`MIN_GROUP` runs of each
+    kind: the only ones whose pairs enter the AUROC within cell (the registration's short-cell rule)."""
+    return [cell for cell, kinds in cells.items() if min(kinds) >= MIN_GROUP]
+
+
+def _paired(outcomes: Sequence[float], base: Sequence[float], other: Sequence[float], strata: Sequence[str],
+            judged: Sequence[str], resamples: int, seed: int) -> dict[str, Difference]:
+    """``other`` against ``base`` on the same runs: the log-loss and Brier differences (base minus other) on every
+    run, the AUROC difference within cell (other minus base) on the runs of the ``judged`` cells."""
+    inside = [i for i, stratum in enumerate(strata) if stratum in judged]
+
+    def pick(values: Sequence[Any]) -> list[Any]:
+        return [values[i] for i in inside]
+
+    return {"log_loss": paired_difference(outcomes, base, other, "log_loss", strata, resamples, seed),
+            "brier": paired_difference(outcomes, base, other, "brier", strata, resamples, seed),
+            "auroc": paired_difference(pick(outcomes), pick(other), pick(base), "auroc", pick(strata), resamples,
+                                       seed)}
+
+
 def compare(frozen: Mapping[str, Any], runs: Sequence[TwinRun], share: float = PRIMARY,
             resamples: int = RESAMPLES, seed: int = 0) -> dict[str, Any]:
-    """Both models on ``runs`` at ``share`` of the budget: the paired log-loss difference (base minus geometry),
-    the paired AUROC difference within cell (geometry minus base) and the Brier difference (base minus geometry),
-    each with its bootstrap interval resampling runs within cells; with n per cell."""
+    """The models on ``runs`` at ``share`` of the budget against base: the paired log-loss difference (base minus
+    the other), the paired AUROC difference within cell (the other minus base) and the Brier difference (base minus
+    the other), each with its bootstrap interval resampling runs within cells (the same resamples for every model);
+    with n per cell. Base + geometry's at the top (the primary), each signal's alone under ``secondary`` (by its
+    name in :data:`SIGNAL_MODELS`, with how many runs record the signal: ``recorded``). A cell short of either kind
+    (:func:`holding_both`; ``short_cells``, with its counts) keeps its runs in the log loss and Brier and adds no
+    pair to the AUROC."""
     kept, rows, left = _rows(runs, share)
     cells: dict[str, list[int]] = {}
     for run, _, positive in kept:
         cells.setdefault(cell_of(run), [0, 0])[0 if positive else 1] += 1
-    found: dict[str, Any] = {"share": share, "n": len(kept), "cells": cells, "left_out": left}
+    judged = holding_both(cells)
+    found: dict[str, Any] = {"share": share, "n": len(kept), "cells": cells, "holding_both": judged,
+                             "short_cells": {cell: kinds for cell, kinds in cells.items() if cell not in judged},
+                             "left_out": left}
     models = _models(frozen, share)
     if models is None:
-        return {**found, "log_loss": Difference("log_loss", len(kept)), "brier": Difference("brier", len(kept)),
-                "auroc": Difference("auroc", len(kept))}
+        empty = {name: Difference(name, len(kept)) for name in ("log_loss", "brier")}
+        empty["auroc"] = Difference("auroc", sum(sum(cells[cell]) for cell in judged))
+        return {**found, **empty, "secondary": {name: {**empty, "recorded": recorded(rows, name)}
+                                                for name in SIGNAL_MODELS}}
     y = [float(positive) for *_, positive in kept]
-    base = [probability(models["base"], row) for row in rows]
-    geometry = [probability(models["geometry"], row) for row in rows]
     strata = [cell_of(run) for run, *_ in kept]
-    return {**found, "log_loss": paired_difference(y, base, geometry, "log_loss", strata, resamples, seed),
-            "brier": paired_difference(y, base, geometry, "brier", strata, resamples, seed),
-            "auroc": paired_difference(y, geometry, base, "auroc", strata, resamples, seed)}
+    scores = {name: [probability(model, row) for row in rows] for name, model in models.items()}
+
+    def against_base(name: str) -> dict[str, Any]:
+        return _paired(y, scores["base"], scores[name], strata, judged, resamples, seed)
+
+    return {**found, **against_base(PRIMARY_MODEL),
+            "secondary": {name: {**against_base(name), "recorded": recorded(rows, name)} for name in SIGNAL_MODELS
+                          if name in scores}}
+
+
+def recorded(rows: Sequence[Mapping[str, float]], model: str) -> int:
+    """How many of ``rows`` define the signal of ``model`` (a name of :data:`SIGNAL_MODELS`): its missing indicator
+    is 0."""
+    indicator = MODELS[model][-1]
+    return sum(vector(row, [indicator])[0] == 0.0 for row in rows)
 
 
 def decide(difference: Difference, margin: float) -> tuple[str, str]:
-    """The registered decision on the log-loss difference (base minus base + geometry) and why, in words."""
+    """The registered decision on the log-loss difference (base minus base + geometry) and why, in words; a
+    secondary endpoint (a signal alone) is judged by the same rule."""
     if not margin > 0:
         raise ValueError(f"the margin is the smallest gain worth a user's compute, above 0; got {margin!r}")
     if difference.value is None or difference.n < 2:
@@ -404,10 +469,25 @@ def decide(difference: Difference, margin: float) -> tuple[str, str]:
                          f"margin {margin:g}"
 
 
+def auroc_short(found: Mapping[str, Mapping[str, Mapping[str, Any]]], scope: str) -> str | None:
+    """Why ``scope``'s AUROC-based targets are judged inconclusive by the short-cell rule (fewer than
+    :data:`MIN_CELLS` of its cells hold both kinds at the primary landmark), in words; None where they are judged."""
+    entry = found.get(scope, {}).get(f"{PRIMARY:g}")
+    if entry is None:
+        return f"no {scope} twin scored at {PRIMARY:.0%} of the budget"
+    if len(entry["holding_both"]) >= MIN_CELLS:
+        return None
+    held = len(entry["holding_both"])
+    return (f"{held} of its cells {'holds' if held == 1 else 'hold'} at least {MIN_GROUP} twins of each kind at "
+            f"{PRIMARY:.0%} of the budget, fewer than {MIN_CELLS} (the short-cell rule)")
+
+
 def endpoints(frozen: Mapping[str, Any], runs: Sequence[TwinRun], margin: float,
               shares: Sequence[float] = LANDMARKS, resamples: int = RESAMPLES, seed: int = 0
               ) -> dict[str, dict[str, dict[str, Any]]]:
-    """:func:`compare` and :func:`decide` per family present and pooled, at each share: ``{scope: {share: ...}}``."""
+    """:func:`compare` and :func:`decide` per family present and pooled, at each share: ``{scope: {share: ...}}``;
+    each secondary endpoint (``secondary``: a signal alone) with its own decision by the same rule, inconclusive
+    where no run of the scope records the signal (a model that cannot differ from base says nothing of it)."""
     scopes = {name: [run for run in runs if family(cell_of(run)) == name] for name in FAMILIES}
     scopes = {**{name: found for name, found in scopes.items() if found}, "pooled": list(runs)}
     found: dict[str, dict[str, dict[str, Any]]] = {}
@@ -415,6 +495,9 @@ def endpoints(frozen: Mapping[str, Any], runs: Sequence[TwinRun], margin: float,
         for share in shares:
             entry = compare(frozen, members, share, resamples, seed)
             entry["decision"] = decide(entry["log_loss"], margin)
+            for signal in entry["secondary"].values():
+                signal["decision"] = decide(signal["log_loss"], margin) if signal["recorded"] else \
+                    (INCONCLUSIVE, f"none of the {entry['n']} runs records the signal: nothing to judge")
             found.setdefault(scope, {})[f"{share:g}"] = entry
     return found
 
@@ -427,8 +510,8 @@ VAL_LOSS_RULE = "val-loss-fall"  # the validation-loss rule every geometric rule
 
 def default_rules() -> list[RuleGrid]:
     """The rules the twins compare, each with its grid (:data:`~capgeo_callbacks.scoring.leads.GRIDS`): the geometric
-    ones (the study's RankMe rule, RankMe's fall from its highest value, the probe crossing, ILDR's rise) and the
-    validation-loss, accuracy and loss-onset rules."""
+    ones (the study's RankMe rule, RankMe's fall from its highest value, the probe crossing, ILDR's rise, the
+    commutator defect's rise) and the validation-loss, accuracy and loss-onset rules."""
     return list(GRIDS.values())
 
 
@@ -492,37 +575,3 @@ def lead_difference(leads: Sequence[Mapping[str, Any]], first: str, second: str,
     return paired_difference([0.0] * len(acquirers), [a[run.name] for run in acquirers],
                              [b[run.name] for run in acquirers], "mean", [cell_of(run) for run in acquirers],
                              resamples, seed)
-
-
-# ------------------------------------------------------------------------------------------- command
-
-
-def load(phase: str) -> list[dict[str, Any]]:
-    """The committed summaries of ``phase`` (``calibration``, ``heldout``) under the twins' registration; none
-    while there is no registration and no run."""
-    from study.registrations.policy import load_registered
-
-    folder = FOLDER / phase
-    if REGISTRATION.exists():
-        return load_registered(folder, REGISTRATION) if folder.is_dir() else []
-    if any(folder.glob("*.json.gz")):
-        raise SystemExit(f"{folder} holds twins but {REGISTRATION.name} does not exist: no twin before the "
-                         "registration")
-    return []
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m study.phases.twins_analysis", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("fit", help=f"fit both models on the calibration twins, written to {FITTED.relative_to(ROOT)}")
-    parser.parse_args(argv)
-    calibration = load("calibration")
-    if not calibration:
-        raise SystemExit("no calibration twin yet: nothing to fit")
-    FITTED.write_text(json.dumps(fit(calibration), indent=1) + "\n")
-    print(FITTED.relative_to(ROOT))
-
-
-if __name__ == "__main__":
-    main()

@@ -83,6 +83,10 @@ PAGES: tuple[tuple[str, str, Callable[[], str], str, str | None], ...] = (
      "Who will learn: the probability of acquisition as a classifier (registered)", "## AUROC"),
     ("docs/grokking.md", "python -m study.record.grokking_report", _page("study.record.grokking_report", "page"),
      "The grokking benchmark (registered)", "## Will it grok"),
+    ("docs/twins-pilots.md", "python -m study.phases.twins pilots", _page("study.phases.twins", "page"),
+     "Twins: the pilots (never reported as results)", None),
+    ("docs/twins.md", "python -m study.record.twins_report", _page("study.record.twins_report", "page"),
+     "What the geometry adds: twins (registered)", None),
 )
 
 

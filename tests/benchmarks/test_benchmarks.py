@@ -62,6 +62,7 @@ def test_rankme_monitor_logs_rankme_of_the_captured_rows(capsys: pytest.CaptureF
     assert "ratio monitor / mathematics" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_llc_vs_devinterp_agree(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("devinterp")
     results = llc_vs_devinterp.main(["--problems", "lsq-full", "transformer", "--lsq-draws", "200", "--repeats", "1",
@@ -73,6 +74,7 @@ def test_llc_vs_devinterp_agree(capsys: pytest.CaptureFixture[str]) -> None:
     assert "time ratio devinterp / capgeo" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_hessian_hvps_counts(capsys: pytest.CaptureFixture[str]) -> None:
     quad_gap, quad_outlier, model = hessian_hvps.main([
         "--problems", "quadratic-gap", "quadratic-outlier", "transformer", "--max-power", "400",
@@ -110,6 +112,7 @@ def test_overhead_component_clock_counts_nested_time_once() -> None:
     assert RankMeMonitor.on_validation_epoch_end is hook  # restored
 
 
+@pytest.mark.slow
 def test_gpu_overhead_runs_on_the_cpu_as_a_smoke_test(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import gpu_overhead
 
@@ -120,6 +123,7 @@ def test_gpu_overhead_runs_on_the_cpu_as_a_smoke_test(capsys: pytest.CaptureFixt
     assert "size xs: median ratio" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_overhead_budget_pairs_small_runs_with_each_setting_and_their_own_shares(
         capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import overhead_budget
@@ -136,6 +140,7 @@ def test_overhead_budget_pairs_small_runs_with_each_setting_and_their_own_shares
         overhead_budget.main(["--settings", "fast"])
 
 
+@pytest.mark.slow
 def test_schedule_cost_counts_the_passes_and_times_a_tiny_pair(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import schedule_cost
 

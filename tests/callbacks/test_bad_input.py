@@ -154,6 +154,7 @@ def small_val(n: int) -> DataLoader:
     return DataLoader(TensorDataset(x, y), batch_size=64)
 
 
+@pytest.mark.slow
 def test_fewer_rows_than_asked_warn_once_and_measure_on_those(tmp_path: Path) -> None:
     rankme = RankMeMonitor(layers="encoder.layers.1", selector="mean", num_rows=1000)
     probes = LinearProbeMonitor(layers="encoder.layers.1", selector="mean", labels_fn=tuple_labels, num_rows=1000)

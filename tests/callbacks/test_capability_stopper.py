@@ -165,3 +165,33 @@ def test_on_a_run_logging_only_accuracy_and_loss_a_late_learner_goes_on_and_shuf
     assert shuffled.stopped_step is not None and 300 <= shuffled.stopped_step < 600
     assert shuffled.stopped_reason.startswith("no learning onset (acc-onset)")
     assert detector.session.summary["stopped"]["reason"] == shuffled.stopped_reason
+
+
+def test_the_stopper_reads_the_detector_listed_before_it_or_handed_to_it(tmp_path: Path) -> None:
+    """It decides on the validation its detector has just recorded, so the detector comes first (found where it
+    joined the Trainer, or handed over); a detector listed after it, or none, is a clear error before training."""
+    from tests.callbacks.conftest import ForeignEncoder, loaders
+
+    def fit(*callbacks: Any) -> Trainer:
+        seed_everything(0, verbose=False)
+        trainer = Trainer(max_steps=16, val_check_interval=8, logger=False, enable_checkpointing=False,
+                          enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+                          default_root_dir=tmp_path, callbacks=list(callbacks))
+        trainer.fit(ForeignEncoder(), *loaders())
+        return trainer
+
+    def detector() -> PrecursorDetector:
+        return PrecursorDetector(monitor="val_acc", logprob_monitor=None, overhead_budget=None)
+
+    first, given = detector(), detector()
+    for stopper, listed in ((CapabilityStopper(), [first]), (CapabilityStopper(detector=given), [given])):
+        fit(*listed, stopper)
+        assert stopper.engine is listed[-1].engine
+        # it decided at a validation its detector had recorded
+        assert stopper.stopped_step in (None, *(step for step, _ in listed[-1].acc))
+    for callbacks, message in [([CapabilityStopper(), detector()], "list that detector among the Trainer's callbacks, "
+                                 "before the CapabilityStopper"),
+                               ([CapabilityStopper()], "reads the run that a PrecursorDetector updates"),
+                               ([detector(), CapabilityStopper(detector=detector())], "the detector it was given")]:
+        with pytest.raises(ValueError, match=message):
+            fit(*callbacks)

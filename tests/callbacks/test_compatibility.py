@@ -145,7 +145,8 @@ LAYER = "model.transformer.encoder.layers.0"  # one watched layer keeps its full
 ALL_TAGS = {f"rankme/{LAYER}", f"probe_acc/{LAYER}", "grad_erank", "grad_cov_rank", "hessian/eig_0", "llc"}
 
 
-@pytest.mark.parametrize("kind", ["tensorboard", "csv", "wandb", "mlflow", "none", "several"])
+@pytest.mark.parametrize("kind", ["tensorboard", "csv", pytest.param("wandb", marks=pytest.mark.slow), "mlflow", "none",
+                                  pytest.param("several", marks=pytest.mark.slow)])  # W&B's offline start is slow
 def test_every_logger(kind: str, tmp_path: Path) -> None:
     seed_everything(0, verbose=False)
     trainer = make_trainer(tmp_path, every_callback(), loggers(kind, tmp_path))
@@ -273,6 +274,7 @@ def test_a_failing_logger_is_reported_and_training_goes_on(tmp_path: Path) -> No
     assert trainer.global_step == 8 and (Path(trainer.log_dir) / SUMMARY_FILENAME).is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_ddp_on_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline",

@@ -37,6 +37,7 @@ def rankme_logged(log_dir: str | Path) -> dict[str, list[float]]:
     return logged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["-c", "stdin"])
 def test_a_fit_run_from_python_c_or_standard_input_warns_from_a_hook_and_completes(how: str, tmp_path: Path) -> None:
     """``__main__`` has no source file there: the hook's warning is shown at the script's line all the same."""

@@ -44,6 +44,7 @@ def test_step_zero_reaches_every_measure(tmp_path: Path) -> None:
     assert [p[0] for p in cbs[3].acc] == expected
 
 
+@pytest.mark.slow
 def test_a_resumed_run_evaluates_at_the_same_steps(tmp_path: Path) -> None:
     seed_everything(0, verbose=False)
     unbroken = callbacks(EvaluationSchedule(max_steps=40, points=12))

@@ -21,6 +21,7 @@ from tests.callbacks.helpers import (
 )
 
 
+@pytest.mark.slow
 def test_logged_at_evaluations_and_equal_to_the_pure_functions(tmp_path: Path) -> None:
     monitor = HessianMonitor(loss_fn=tuple_loss, k=3, every_n_evals=1, batch_size=32, trace=True,
                              trace_samples=16)

@@ -28,6 +28,7 @@ def small(**overrides: object) -> LLCMonitor:
     return LLCMonitor(**{**settings, **overrides})
 
 
+@pytest.mark.slow
 def test_logged_at_evaluations_and_equal_to_estimate_llc(tmp_path: Path) -> None:
     monitor = small()
     reader = ValuesAtValidationEnd(monitor)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from lightning.pytorch import Trainer, seed_everything
 
 from capgeo_callbacks import PrecursorDetector, RankMeMonitor, StepProgressBar
@@ -16,6 +17,7 @@ from tests.callbacks.conftest import ForeignEncoder, loaders
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_main_command_shows_steps_out_of_the_budget_and_no_foreign_warnings(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--task", "sort", "--difficulty", "easy",
                              "--max-steps", "24", "--eval-points", "4", "--logdir", str(tmp_path)],

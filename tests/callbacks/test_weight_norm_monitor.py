@@ -31,7 +31,7 @@ class NormsAtValidation(Callback):
 def test_norms_of_the_weights_each_validation_saw(tmp_path: Path) -> None:
     reference = NormsAtValidation()
     monitor = WeightNormMonitor(layers="encoder.layers.*")
-    detector = PrecursorDetector(monitor="val_acc", logprob_monitor=None)
+    detector = PrecursorDetector(monitor="val_acc", logprob_monitor=None, overhead_budget="measure")  # every point
     model, _ = fit(tmp_path, [reference, monitor, detector])
     assert monitor.tags == ["weight_norm/global", "weight_norm/layers.0", "weight_norm/layers.1"]
     steps = [step for step, _ in monitor.series["weight_norm/global"]]

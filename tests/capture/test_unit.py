@@ -51,7 +51,27 @@ def test_hooks_and_given_hidden_states_keep_the_same_rows() -> None:
         first = twin[0](batch)
         given.update(batch, {"0": first, "2": twin[2](twin[1](first))})
     assert hooked.compute().values == given.compute().values
-    assert all(not module._forward_hooks for module in model.modules())  # compute removes the hooks
+    hooked.detach()  # the hooks are the driver's: removed when it says so
+    assert all(not module._forward_hooks for module in model.modules())
+
+
+def test_compute_reads_the_rows_and_reset_alone_drops_them() -> None:
+    """torchmetrics' semantics: ``compute`` twice gives the same values (and leaves the hooks and rows as they are);
+    only ``reset`` drops the rows and removes the hooks."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(5, 8), nn.Linear(8, 8))
+    unit = RankMeUnit("first_answer", 100)
+    unit.watch(["0", "1"])
+    unit.attach(model)
+    for seed in (1, 2):
+        batch = answer_batch(seed)
+        unit.update(batch)
+        model(batch["input_ids"])
+    first, second = unit.compute(), unit.compute()
+    assert first.values == second.values and first.rows == second.rows and len(first.values) == 4
+    assert unit.is_attached and unit.full
+    unit.reset()
+    assert not unit.is_attached and unit.compute().values == {}
 
 
 def test_a_unit_given_no_selector_or_rows_chooses_them_and_says_only_what_was_asked() -> None:
@@ -107,8 +127,10 @@ def test_the_same_batch_gives_the_same_values_live_under_hugging_face_and_offlin
 
     # Hugging Face: the callback's one pass over the probe rows with output_hidden_states
     adapter[0] = "hugging face"
-    callback = CapgeoTrainerCallback(probe_rows, num_rows=ROWS, batch_size=32)
-    hf, scalars = callback.measure(tiny_neox(0), "cpu")
+    callback = CapgeoTrainerCallback(probe_rows, num_rows=ROWS, batch_size=32, measures="rankme,ildr,probes")
+    model = tiny_neox(0)
+    hf, scalars = callback.measure(model, 0)
+    assert set(callback.engine.record(0, hf)) == set(hf)
     assert set(scalars) == {"val/acc", "val/token_acc", "val/logprob", "val/loss"}
 
     # offline: the saved revision analysed on the same rows
@@ -178,6 +200,7 @@ def test_rows_without_targets_keep_rankme_and_note_once_without_a_warning_that_i
             unit.update(batch)
             model(batch["input_ids"])
         result = unit.compute()
+        unit.reset()
         assert list(result.values) == ["rankme/1"] and result.rows == {"rankme/1": 128}
     assert said == []  # the user asked for RankMe: ILDR's absence is a note for the summary, not a warning
     assert list(unit.left_out) == ["ildr"]

@@ -84,16 +84,19 @@ def train(tmp_path: Path, callbacks: list, resume: str | None = None, **settings
     return trainer
 
 
+@pytest.mark.slow
 def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
     rows = probe_rows()
-    callback = CapgeoTrainerCallback(rows, num_rows=256, points=9, run_info={"task": "reverse"})
+    callback = CapgeoTrainerCallback(rows, num_rows=256, points=9, run_info={"task": "reverse"},
+                                     overhead_budget="measure")  # timed, every point kept
     recorder = LogRecorder()
     trainer = train(tmp_path / "with", [callback, recorder])
     steps = [0, 1, 4, 10, 16, 22, 28, 34, 40]  # evaluation_steps(40, 9)
     assert callback.steps == steps
-    for label in LABELS:
+    for label in LABELS:  # the registry's measures at their registered cadences, as on Lightning
         assert [p[0] for p in callback.series[f"rankme/{label}"]] == steps
-        assert [p[0] for p in callback.series[f"probe_acc/{label}"]] == steps
+        assert [p[0] for p in callback.series[f"probe_acc/{label}"]] == steps[::4]
+    assert [p[0] for p in callback.series["weight_norm/global"]] == steps
     assert callback.rows == {f"{kind}/{label}": 256 for kind in ("rankme", "ildr", "probe_acc") for label in LABELS}
     # the Trainer's budget and warm-up (none here) reach the rules and the summary as run facts
     assert {key: callback.summary[key] for key in ("task", "max_steps", "warmup_steps")} == {
@@ -131,6 +134,9 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
     assert [p[0] for p in summary["series"]["ildr/embed"]] == steps
     assert len(summary["series"][ACC_KEY.replace("acc", "logprob")]) == len(steps)
     assert summary["parameters"] == sum(p.numel() for p in model.parameters())
+    assert summary["overhead"]["setting"] == "measure" and summary["overhead"]["thinned"] == 0
+    assert summary["series"]["weight_norm/global"][-1][1] == pytest.approx(
+        float(torch.sqrt(sum(p.detach().double().pow(2).sum() for p in model.parameters()))), rel=1e-9)
 
     # the same training without the callback ends at bit-identical weights
     plain = train(tmp_path / "without", []).model
@@ -138,13 +144,14 @@ def test_rankme_series_summary_and_no_observer_effect(tmp_path: Path) -> None:
         assert torch.equal(a, b), name
 
 
+@pytest.mark.slow
 def test_hugging_face_labels_give_accuracy_loss_and_probes_without_configuration(tmp_path: Path) -> None:
     """Probe rows as a Hugging Face dataset gives them (``input_ids`` and unshifted ``labels``): the positions that
     predict a label are the rows, every one of them (no warning about fewer rows than asked), the probes are on,
     and the accuracy, per-token accuracy, log-prob and loss of the labelled tokens are measured."""
     examples = Reversal(48, seed=123)
     rows = {"input_ids": examples.ids, "labels": torch.stack([examples[i]["labels"] for i in range(48)])}
-    callback = CapgeoTrainerCallback(rows, points=5)
+    callback = CapgeoTrainerCallback(rows, points=5, overhead_budget="measure")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         train(tmp_path, [callback])
@@ -161,6 +168,41 @@ def test_hugging_face_labels_give_accuracy_loss_and_probes_without_configuration
     with torch.no_grad():
         loss = float(model(input_ids=rows["input_ids"], labels=rows["labels"]).loss)
     assert record["val/loss"][0][1] == pytest.approx(loss, rel=1e-5)
+
+
+def test_the_gradient_measures_and_the_budget_run_as_on_lightning(tmp_path: Path) -> None:
+    """The registry's gradient measures, at their cadences, on the training set's first examples collated as the
+    Trainer collates them, with the model's own loss; the overhead budget's record in the summary; training
+    unchanged."""
+    from transformers import default_data_collator
+
+    from capgeo_callbacks.capture.measuring import measuring
+    from capgeo_callbacks.measures.commutator import model_commutator
+
+    options = {"commutator": {"every_n_evals": 1, "batch_size": 8},
+               "hessian": {"every_n_evals": 2, "batch_size": 8, "num_iterations": 4}}
+    callback = CapgeoTrainerCallback(probe_rows(16), points=5, measures="rankme,commutator,hessian",
+                                     measure_options=options, overhead_budget="measure")
+    trainer = train(tmp_path / "with", [callback], max_steps=8)
+    steps = callback.steps
+    assert [p[0] for p in callback.series["commutator/defect"]] == steps
+    assert [p[0] for p in callback.series["hessian/eig_0"]] == steps[::2]
+    work = callback.summary["overhead"]["work"]
+    assert {"rankme", "CommutatorDefectMonitor", "HessianMonitor", "measuring pass", "detector"} <= set(work)
+    assert work["measuring pass"]["kind"] == "fixed" and work["CommutatorDefectMonitor"]["runs"] == len(steps)
+
+    # the last value: the trained model's defect on the first 8 training examples, halves A and B, its own loss
+    examples = default_data_collator([Reversal(512, seed=0)[i] for i in range(8)])
+    halves = [{key: value[part] for key, value in examples.items()} for part in (slice(0, 4), slice(4, 8))]
+    model = trainer.model
+    with measuring(model, grad=True):
+        expected = model_commutator(model, lambda output, batch: output.loss, *halves,
+                                    forward=lambda module, batch: module(**batch)).defect
+    assert callback.series["commutator/defect"][-1] == [8, pytest.approx(expected, rel=1e-6)]
+
+    plain = train(tmp_path / "without", [], max_steps=8).model
+    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
 
 
 @pytest.mark.parametrize("attached", [True, False])
@@ -185,16 +227,20 @@ def test_attach_binds_to_the_trainer_s_callback_handler(attached: bool, tmp_path
     assert [step for step, logs in recorder.logs if ACC_KEY in logs] == ([0, 4] if attached else [])
 
 
+@pytest.mark.slow
 def test_resumed_run_rebuilds_its_series_from_the_log_history(tmp_path: Path) -> None:
-    first = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9)
+    first = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9, overhead_budget="measure")
     train(tmp_path, [first], save_strategy="steps", save_steps=20)
     # the RNG state is transformers' own business, and 4.40 cannot load it back under torch >= 2.6 (torch.load's
     # weights_only default; 5.x can): without it, the run resumes all the same
     (tmp_path / "checkpoint-20" / "rng_state.pth").unlink()
-    resumed = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9)
+    resumed = CapgeoTrainerCallback(probe_rows(), num_rows=64, points=9, overhead_budget="measure")
     train(tmp_path, [resumed], resume=str(tmp_path / "checkpoint-20"))
     assert resumed.steps == first.steps == [0, 1, 4, 10, 16, 22, 28, 34, 40]
     assert resumed.series["rankme/embed"][:5] == first.series["rankme/embed"][:5]  # restored, not re-measured
+    # each measure's cadence goes on where it stopped: the probes at every 4th evaluation of the whole run
+    assert [p[0] for p in resumed.series["probe_acc/embed"]] == [p[0] for p in first.series["probe_acc/embed"]] \
+        == [0, 16, 40]
 
 
 def test_alerts_are_raised_live_once_and_failures_are_skipped(monkeypatch, caplog) -> None:
@@ -204,7 +250,7 @@ def test_alerts_are_raised_live_once_and_failures_are_skipped(monkeypatch, caplo
     acc = [0.0] * 11 + [0.6, 0.7, 0.8, 0.9, 0.95]
     calls = iter(range(100))
 
-    def scripted(model, device):
+    def scripted(model, step):
         i = next(calls)
         if i == 3:
             raise RuntimeError("scripted failure")
@@ -213,7 +259,7 @@ def test_alerts_are_raised_live_once_and_failures_are_skipped(monkeypatch, caplo
 
     alerts: list = []
     callback = CapgeoTrainerCallback(probe_rows(8), settings=DetectionSettings(smoothing=1), on_alert=alerts.append,
-                                     eval_steps=list(range(0, 170, 10)))
+                                     eval_steps=list(range(0, 170, 10)), overhead_budget=None)  # no training here
     monkeypatch.setattr(callback, "measure", scripted)
     model = torch.nn.Linear(2, 2)
     state = transformers.TrainerState()

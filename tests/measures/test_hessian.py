@@ -152,6 +152,7 @@ def first_iterations_within(relative_error: float, run, upper: int) -> int:
     return low
 
 
+@pytest.mark.slow
 def test_lanczos_needs_fewer_hvps_than_power_iteration_for_one_percent() -> None:
     # PSD spectrum with a small gap: 1, 0.99, 0.98 then 397 values spread over [0, 0.97].
     eigenvalues = torch.cat(

@@ -72,6 +72,7 @@ NORMAL_CROSSING = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("powers", "lr", "burnin", "draws"), NORMAL_CROSSING, ids=["max1", "max2", "max3"])
 def test_normal_crossing_learning_coefficients(powers: list[int], lr: float, burnin: int, draws: int) -> None:
     x, y = normal_crossing_data()
@@ -111,6 +112,7 @@ def least_squares_problem(n: int = 1000, d: int = 4, seed: int = 0) -> tuple[nn.
     return model, x, y
 
 
+@pytest.mark.slow
 def test_regular_model_gives_half_the_parameter_count() -> None:
     model, x, y = least_squares_problem()
     n, chains = len(x), 16
@@ -260,6 +262,7 @@ def _devinterp_available() -> bool:
 @pytest.mark.parametrize(
     ("batch_size", "shuffle"), [(500, False), (50, True)], ids=["full-batch", "minibatch"]
 )
+@pytest.mark.slow
 def test_agrees_with_devinterp(batch_size: int, shuffle: bool) -> None:
     from devinterp.slt.sampler import estimate_learning_coeff_with_summary
     from devinterp.utils import default_nbeta as devinterp_default_nbeta

@@ -9,6 +9,7 @@ from models.lightning_module import answer_loss, answer_metrics
 VOCAB = 170
 
 
+@pytest.mark.slow
 def test_sizes_are_ordered_and_counts_in_range() -> None:
     counts = [build_model(size, VOCAB, 64).num_parameters() for size in SIZES]
     assert counts == sorted(counts)

@@ -22,7 +22,8 @@ def test_docs_callbacks_md_is_current() -> None:
 def test_every_callback_has_a_row_with_its_keys_and_cadence() -> None:
     table = glance_markdown(BUILTIN_MEASURES)
     rows = [line for line in table.splitlines() if line.startswith("| `")]
-    assert len(rows) == len(BUILTIN_MEASURES) + len(OTHER_CALLBACKS)
+    # a measure computed on another's rows (ILDR on RankMe's) is in that measure's row: one row per callback
+    assert len(rows) == len([spec for spec in BUILTIN_MEASURES if spec.rows_of is None]) + len(OTHER_CALLBACKS)
     for spec in BUILTIN_MEASURES:
         [row] = [line for line in rows if line.startswith(f"| `{spec.callback.__name__}` |")]
         assert all(f"`{key}`" in row for key in spec.keys) and spec.cost in row

@@ -27,6 +27,7 @@ from capgeo_callbacks import (
     HiddenStateMonitor,
     MeasureCallback,
     MeasureSpec,
+    RowMeasure,
     get_measure,
     register_measure,
     unregister_measure,
@@ -48,9 +49,9 @@ from tests.callbacks.helpers import TinyAnswerLM, answer_loaders
 ROOT = Path(__file__).resolve().parents[2]
 
 
-# -- a user's measure, in this one file: the function, its callback, its registry entry ------------------------
-def mean_l2_norm(z: Tensor) -> float:
-    """The mean Euclidean norm of the rows of ``z`` (N x D), in float64."""
+# -- a user's measure, in this one file: the function of a layer's rows, its monitor, its registry entry -----------
+def mean_l2_norm(z: Tensor, labels: Tensor | None = None) -> float:
+    """The mean Euclidean norm of the rows of ``z`` (N x D), in float64 (it reads no labels)."""
     return float(z.double().norm(dim=1).mean())
 
 
@@ -61,13 +62,12 @@ class NormMonitor(HiddenStateMonitor):
         ``norm/<layer>`` for each watched layer.
     """
 
+    row_measures = (RowMeasure("norm", mean_l2_norm),)
+
     def __init__(self, layers: str | list[str] | tuple[str, ...] = DEFAULT_LAYERS,
                  selector: Selector = "first_answer", num_rows: int = 512, every_n_evals: int = 1,
                  mask_key: str = "answer_mask", prefix: str = "norm") -> None:
         super().__init__(layers, selector, num_rows, every_n_evals, mask_key, prefix)
-
-    def measure_rows(self, name: str, rows: Tensor, labels: Tensor | None, step: int) -> float | None:
-        return mean_l2_norm(rows)
 
 
 NORM = MeasureSpec(name="norm", callback=NormMonitor, needs="hidden_states", cost="cheap", keys=("norm/<layer>",),
@@ -133,7 +133,10 @@ def options_of(callback: pl.Callback, names: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("spec", [*BUILTIN_MEASURES, NORM], ids=lambda spec: spec.name)
 def test_every_measure_builds_from_its_defaults_writes_its_keys_and_round_trips(spec: MeasureSpec,
                                                                                 tmp_path: Path) -> None:
-    callback = spec.build()
+    """A measure computed on another's rows (ILDR on RankMe's) is built into that measure's callback: it writes its
+    own keys beside the other's."""
+    carrier = get_measure(spec.rows_of) if spec.rows_of else None
+    callback = build_measure_callbacks([carrier.name, spec.name])[0] if carrier else spec.build()
     assert isinstance(callback, spec.callback) and isinstance(callback, MeasureCallback)
     assert callback.every_n_evals == spec.every_n_evals
 
@@ -155,7 +158,7 @@ def test_every_measure_builds_from_its_defaults_writes_its_keys_and_round_trips(
     assert failures == []
     written = set(callback.series)
     assert written and written == set(callback.tags)
-    assert all(spec.writes(key, optional=False) for key in written), written
+    assert all(spec.writes(key, optional=False) or (carrier and carrier.writes(key)) for key in written), written
     for pattern in spec.keys:  # each declared key is written
         assert any(key_pattern(pattern).fullmatch(key) for key in written), (pattern, written)
     # every series is evaluated at the one validation, step 8, and logged there too
@@ -163,18 +166,21 @@ def test_every_measure_builds_from_its_defaults_writes_its_keys_and_round_trips(
 
 
 def test_the_registry_holds_capgeos_measures_with_their_measured_defaults() -> None:
-    assert measure_names()[:7] == ("rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator")
-    assert [spec.name for spec in BUILTIN_MEASURES if spec.default] == ["rankme", "probes", "weight_norm"]
+    assert measure_names()[:8] == ("rankme", "ildr", "probes", "weight_norm", "grad_rank", "hessian", "llc",
+                                   "commutator")
+    assert [spec.name for spec in BUILTIN_MEASURES if spec.default] == ["rankme", "ildr", "probes", "weight_norm"]
     assert {spec.name: spec.cost for spec in BUILTIN_MEASURES} == {
-        "rankme": "cheap", "probes": "cheap", "weight_norm": "cheap", "grad_rank": "costly", "hessian": "costly",
-        "llc": "costly", "commutator": "costly"}
+        "rankme": "cheap", "ildr": "cheap", "probes": "cheap", "weight_norm": "cheap", "grad_rank": "costly",
+        "hessian": "costly", "llc": "costly", "commutator": "costly"}
     assert {spec.name: spec.needs for spec in BUILTIN_MEASURES} == {
-        "rankme": "hidden_states", "probes": "hidden_states", "weight_norm": "parameters",
+        "rankme": "hidden_states", "ildr": "hidden_states", "probes": "hidden_states", "weight_norm": "parameters",
         "grad_rank": "per_example_gradients", "hessian": "loss_closure", "llc": "loss_closure",
         "commutator": "loss_closure"}
-    # the cadences and options train.py has used (measured choices, README "The corpus")
+    # the cadences and options train.py has used (measured choices, README "The corpus"); ILDR on RankMe's rows
+    assert {spec.name: spec.rows_of for spec in BUILTIN_MEASURES if spec.rows_of} == {"ildr": "rankme"}
     assert {spec.name: spec.callback_options() for spec in BUILTIN_MEASURES} == {
-        "rankme": {"every_n_evals": 1},
+        "rankme": {"every_n_evals": 1, "ildr_prefix": None},
+        "ildr": {"every_n_evals": 1, "ildr_prefix": "ildr"},
         "probes": {"every_n_evals": 4},
         "weight_norm": {"every_n_evals": 1},
         "grad_rank": {"every_n_evals": 4, "batch_size": 64},
@@ -216,25 +222,49 @@ def test_the_markdown_command_prints_the_page(capsys: pytest.CaptureFixture[str]
 
 def test_train_py_measures_come_from_the_registry() -> None:
     assert measure_names() == train.MEASURES
-    assert train.DEFAULT_MEASURES == ("rankme", "probes", "weight_norm")
+    assert train.DEFAULT_MEASURES == ("rankme", "ildr", "probes", "weight_norm")
     for spec in BUILTIN_MEASURES:  # the registry's cadence and options, with train.py's layers and rows
         expected = {**spec.callback_options(), **train.LAYERS_AND_ROWS.get(spec.name, {})}
         assert train.MEASURE_OPTIONS[spec.name] == expected
         assert train.MEASURE_CALLBACKS[spec.name] is spec.callback
     help_text = " ".join(train_cli.measures_help().split())
-    assert "'default' (rankme, probes, weight_norm)" in help_text
+    assert "'default' (rankme, ildr, probes, weight_norm)" in help_text
     assert "grad_rank, hessian, llc, commutator (costly)" in help_text
 
 
 @pytest.mark.parametrize(("spec", "names"), [
-    ("default", ["rankme", "probes", "weight_norm"]), ("none", []),
-    ("all", ["rankme", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator"]),
+    ("default", ["rankme", "ildr", "probes", "weight_norm"]), ("none", []),
+    ("all", ["rankme", "ildr", "probes", "weight_norm", "grad_rank", "hessian", "llc", "commutator"]),
     ("llc, rankme", ["llc", "rankme"]),
-    ("default,commutator", ["rankme", "probes", "weight_norm", "commutator"]),  # a preset and a name
-    ("rankme,default,rankme", ["rankme", "probes", "weight_norm"]),  # each name once, in the order given
+    ("default,commutator", ["rankme", "ildr", "probes", "weight_norm", "commutator"]),  # a preset and a name
+    ("rankme,default,rankme", ["rankme", "ildr", "probes", "weight_norm"]),  # each name once, in the order given
 ])
 def test_resolve_measures(spec: str, names: list[str]) -> None:
     assert resolve_measures(spec) == train_cli.resolve_measures(spec) == names
+
+
+def test_ildr_rides_on_rankmes_rows_and_only_with_rankme() -> None:
+    [both] = build_measure_callbacks(["ildr", "rankme"])
+    [alone] = build_measure_callbacks(["rankme"])
+    assert (both.ildr_prefix, alone.ildr_prefix) == ("ildr", None)  # one monitor, one capture of the rows
+    with pytest.raises(ValueError, match="ildr is measured on the rows of 'rankme': choose that measure too"):
+        build_measure_callbacks(["ildr", "probes"])
+    with pytest.raises(ValueError, match="rows_of='nope' must name a measure registered before it"):
+        register_measure(MeasureSpec(name="x", callback=NormMonitor, rows_of="nope", needs="hidden_states",
+                                     cost="cheap", keys=("x/<layer>",), options={"prefix": "x"}))
+
+
+def test_the_earlier_measure_rows_still_measures_and_warns_that_it_is_deprecated(tmp_path: Path) -> None:
+    class OldNorm(HiddenStateMonitor):
+        def measure_rows(self, name: str, rows: Tensor, labels: Tensor | None, step: int) -> float | None:
+            return mean_l2_norm(rows)
+
+    with pytest.warns(DeprecationWarning, match="OldNorm.measure_rows is deprecated: define the measure as RowMeasure"):
+        old = OldNorm(layers=["blocks.0", "norm_f"], selector="first_answer", num_rows=128, prefix="norm")
+    new = NormMonitor(layers=["blocks.0", "norm_f"], num_rows=128)
+    fit_once(tmp_path / "old", old)
+    fit_once(tmp_path / "new", new)
+    assert old.series == new.series and set(old.series) == {"norm/blocks.0", "norm/norm_f"}
 
 
 def test_bad_specs_and_names_are_errors_that_say_what_is_right() -> None:
@@ -266,7 +296,7 @@ def test_bad_specs_and_names_are_errors_that_say_what_is_right() -> None:
 def test_a_users_measure_plugs_into_train_py(norm_registered: MeasureSpec) -> None:
     assert resolve_measures("rankme,norm") == train_cli.resolve_measures("rankme,norm") == ["rankme", "norm"]
     assert train_cli.resolve_measures("all")[-1] == "norm" and "norm" not in train_cli.resolve_measures("default")
-    assert "rankme, probes, weight_norm, norm (cheap)" in train_cli.measures_help()
+    assert "rankme, ildr, probes, weight_norm, norm (cheap)" in train_cli.measures_help()
     callbacks = train.build_measure_callbacks(["norm", "rankme"], run_info={})
     assert [type(cb).__name__ for cb in callbacks] == ["RankMeMonitor", "NormMonitor", "PrecursorDetector"]
     assert callbacks[1].num_rows == 128  # its registry defaults (train.py has no options of its own for it)

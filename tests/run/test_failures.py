@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REPRODUCTION = "from capgeo_callbacks.run.failures import warn_at_caller; warn_at_caller('x')"
 
 
+@pytest.mark.slow
 def test_a_warning_from_python_c_is_shown_at_its_line_and_nothing_else() -> None:
     """``__main__``'s loader there is the built-in importer, whose ``get_source`` raises: the warning is shown (from
     standard input too: tests/callbacks/test_demo_transformer.py)."""

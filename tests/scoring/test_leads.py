@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from capgeo_callbacks.cli import main
-from capgeo_callbacks.keys import VAL_LOSS
+from capgeo_callbacks.keys import COMMUTATOR_DEFECT, VAL_LOSS
 from capgeo_callbacks.rules import RunView
 from capgeo_callbacks.run.summary import write_summary
 from capgeo_callbacks.run.tracker import RunTracker
@@ -105,6 +105,32 @@ def test_a_rule_no_run_can_read_is_said_and_the_table_holds_every_figure() -> No
     assert table[2] == ("| val-loss-fall | fall=0.1, held=1 | 4 of 4; 0 of 5; 0 of 1 | 2 of 3 | 400 [200, 600] (n=2) "
                         "| 0.57 [0.40, 0.75] (n=2) | 1/3 = 0.33 [0.06, 0.79] | 0 of 1 |")
     assert table[3].startswith("| ildr-rise | not measured on the calibration runs (10 lack what it reads) |")
+
+
+def defect_run(name: str, multiple: float, rise_at: int = 10_000, acquisition: int | None = None,
+               control: bool = False) -> Run:
+    """A run whose commutator defect stands at 1 until ``rise_at`` and at ``multiple`` from there."""
+    acc = [[step, 0.9 if acquisition is not None and step >= acquisition else 0.0] for step in STEPS]
+    defect = [[step, multiple if step >= rise_at else 1.0] for step in STEPS]
+    return Run(name, RunView.from_points(acc, {COMMUTATOR_DEFECT: defect}, {"max_steps": 1000}), acquisition, control)
+
+
+def test_the_commutator_rise_takes_the_multiple_that_keeps_the_false_alarms_within_the_cap() -> None:
+    calibration = [*[defect_run(f"a{k}", 2.5, 300, 600) for k in range(4)],  # acquirers: 2.5 x from 300
+                   defect_run("n1", 1.7, 400), defect_run("n2", 1.7, 400),  # 1.7 x: 2 of 5 that never acquire
+                   *[defect_run(f"n{k}", 1.0) for k in (3, 4, 5)], defect_run("c", 1.0, control=True)]
+    heldout = [defect_run("h1", 2.2, 200, 800), defect_run("h2", 4.0, 500, 500),  # h2 rises at its acquisition
+               defect_run("m1", 2.1, 700), defect_run("m2", 1.0), defect_run("d", 1.0, control=True)]
+    [lead] = rule_leads([GRIDS["commutator-rise"]], calibration, heldout)
+    # 1.5 rings on 2 of the 5 that never acquire (over the 20% cap); 3 and 5 warn no acquirer; 2 warns all 4
+    assert GRIDS["commutator-rise"].geometric and lead.chosen and lead.settings == {"multiple": 2.0}
+    cal = lead.calibration
+    assert (cal.warned.k, cal.warned.n, cal.false_alarms.k, cal.false_alarms.n, cal.controls.k) == (4, 4, 0, 5, 0)
+    held = lead.heldout
+    # h1's rise at 200 is its third value, part of its baseline: it alerts at the next, 300
+    assert held.fired == {"h1": 300, "h2": 500, "m1": 700, "m2": None, "d": None}
+    assert (held.warned.k, held.warned.n, held.false_alarms.k, held.false_alarms.n) == (1, 2, 1, 2)
+    assert held.leads == {"h1": 500} and held.shares == {"h1": 0.625, "h2": 0.0}
 
 
 def test_the_policy_ties() -> None:

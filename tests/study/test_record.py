@@ -4,28 +4,34 @@ allow-list with its source; train.py's stop window is the one the whole runs giv
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from study.record import summary
+from tests.workers import computed_once
 
 
-@pytest.fixture(scope="module")
-def regenerated() -> dict:
-    return summary.regenerate()
+@pytest.fixture(scope="session")
+def regenerated(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, str]:
+    """Every generated page and passage, regenerated once per run of the suite (the longest piece of its work)."""
+    return computed_once(tmp_path_factory, "record", summary.regenerate)
 
 
-def test_every_generated_page_and_passage_is_what_the_corpus_gives(regenerated: dict) -> None:
+@pytest.mark.slow
+def test_every_generated_page_and_passage_is_what_the_corpus_gives(regenerated: dict[Path, str]) -> None:
     names = {str(path.relative_to(summary.ROOT)) for path in regenerated}
     # the pages the issue names, and the README's passages
     assert {"docs/study.md", "docs/corpus.md", "docs/heldout.md", "docs/claims/claims.md", "docs/calibration/hard.md",
             "docs/calibration/cpu.md", "docs/ablation.md", "docs/forecast-selection.md", "README.md",
-            "docs/who-learns.md", "docs/grokking.md", "docs/evidence.md",
+            "docs/who-learns.md", "docs/grokking.md", "docs/evidence.md", "docs/twins.md", "docs/twins-pilots.md",
             "docs/design.md"} <= names
     diffs = summary.differences(regenerated)
     assert not diffs, "regenerate with `python -m study.record.summary`:\n" + "\n".join(diffs)[:6000]
 
 
-def test_the_readme_first_screen_is_generated(regenerated: dict) -> None:
+@pytest.mark.slow
+def test_the_readme_first_screen_is_generated(regenerated: dict[Path, str]) -> None:
     readme = regenerated[summary.ROOT / "README.md"]
     commands = [match.group(1) for match in summary.PASSAGE.finditer(readme)]
     # the main command, which alert to read first and whether the record changed the default alert, then what to

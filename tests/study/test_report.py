@@ -233,7 +233,7 @@ def test_cli_errors_on_a_folder_without_runs(tmp_path: Path, capsys: pytest.Capt
 
 
 @pytest.mark.slow
-def test_sweep_then_report_end_to_end(tmp_path: Path) -> None:
+def test_sweep_then_report_end_to_end(local_ray: None, tmp_path: Path) -> None:
     import sweep
 
     logdir = tmp_path / "sweep"

@@ -1,5 +1,5 @@
-"""Collectives the callbacks use. Each runs on every rank, in the same order (a collective on one rank
-hangs the job); outside a distributed run they return their input."""
+"""Collectives the measures use. Each runs on every rank, in the same order (a collective on one rank hangs the
+job); outside a distributed run they return their input."""
 
 from __future__ import annotations
 
