@@ -11,6 +11,7 @@ import pytest
 from examples.new_tasks.run import SETTINGS
 from study.phases.heldout import sha256
 from study.phases.newtasks import REGISTRATION, jobs, registered_runs, registration, scored, targets
+from study.registrations.policy import as_registered
 from tests.scoring.test_scores import ACQUIRED, NEVER, write_run
 from tests.study.helpers import repo_with_registration
 
@@ -55,7 +56,7 @@ def test_each_target_is_met_exactly_when_its_figure_clears_it(tmp_path: Path, re
     assert len(s["runs"]) == 4 and sum(run.control for run in s["runs"]) == 1
     rows = {target: verdict for target, _, verdict in targets(s)}
     floor = registration(path)["targets"]["warning_precision_at_least"]
-    for name in registration(path)["warnings"]["default"]:
+    for name in map(as_registered, registration(path)["warnings"]["default"]):  # "study (now rankme-recovery)"
         precision = s["warnings"][name]["precision"]
         met = precision.value is not None and precision.value >= floor
         assert rows[f"{name}: precision at least {floor}"].startswith("met" if met else "missed")
