@@ -301,19 +301,8 @@ def page(path: Path = REGISTRATION) -> str:
     parts += [discrimination_table(f.strict), ""]
     ours_name = f"forecast: {inside.name}"
     probability = probability_at(inside)
-    for share in SHARES:
-        better = shared.beaten_by(f.strict, share, ours_name)
-        closest = shared.closest_series(f.strict, share)
-        paired = "" if closest is None else (
-            f" The closest single series, {closest['name']} ({closest['cells']['pooled'].value:.2f}): the "
-            "probability's AUROC minus that series', paired: "
-            + shared.shown(shared.paired_auroc(runs, share, probability,
-                                               shared.series_value(runs, closest["name"], closest["direction"])))
-            + ".")
-        parts.append(f"- At {share:.0%} of the budget ({shared.left_out_words(runs, share, GROK)}) the probability's "
-                     f"pooled AUROC is {shared.pooled(f.strict, share).get(ours_name)}; "
-                     + ("tied or beaten by: " + "; ".join(better) + "." if better else "no single series ties or "
-                        "beats it.") + paired)
+    parts += [shared.share_line(f.strict, runs, share, ours_name, probability,
+                                shared.left_out_words(runs, share, GROK)) for share in SHARES]
     parts += ["", "The registration fixed each series' direction by the calibration AUROC's side of 0.5, whatever its "
               "interval; where that differs from the strict direction above, its column:", "",
               shared.registered_directions(f.strict, f.registered), ""]

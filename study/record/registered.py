@@ -224,6 +224,23 @@ def closest_series(found: Mapping[str, Any], share: float) -> dict[str, Any] | N
     return max(rows, key=lambda row: row["cells"]["pooled"].value, default=None)
 
 
+def share_line(found: Mapping[str, Any], runs: Sequence[ScoredRun], share: float, ours: str,
+               probability: Callable[[ScoredRun, int], float], left_out: str) -> str:
+    """One bullet of a registered page: the probability's pooled AUROC at ``share`` (``left_out``: which runs that
+    share leaves out), the single series that tie or beat it, and its paired difference from the closest one."""
+    better = beaten_by(found, share, ours)
+    closest = closest_series(found, share)
+    paired = "" if closest is None else (
+        f" The closest single series, {closest['name']} ({closest['cells']['pooled'].value:.2f}): the "
+        "probability's AUROC minus that series', paired: "
+        + shown(paired_auroc(runs, share, probability, series_value(runs, closest["name"], closest["direction"])))
+        + ".")
+    return (f"- At {share:.0%} of the budget ({left_out}) the probability's pooled AUROC is "
+            f"{pooled(found, share).get(ours)}; "
+            + ("tied or beaten by: " + "; ".join(better) + "." if better else "no single series ties or beats it.")
+            + paired)
+
+
 def registered_directions(strict: Mapping[str, Any], registered: Mapping[str, Any]) -> str:
     """Where the registered way of fixing directions (calibration's side of 0.5) differs from the strict one
     (calibration's interval must exclude 0.5): the registered column, beside the strict table."""

@@ -280,20 +280,8 @@ def page() -> str:
     ]
     parts += [discrimination_table(f.strict), ""]
     probability = probability_of(survival)
-    for share in SHARES:
-        better = shared.beaten_by(f.strict, share, OURS)
-        mine = shared.pooled(f.strict, share).get(OURS)
-        closest = shared.closest_series(f.strict, share)
-        paired = "" if closest is None else (
-            f" The closest single series, {closest['name']} ({closest['cells']['pooled'].value:.2f}): the "
-            "probability's AUROC minus that series', paired: "
-            + shared.shown(shared.paired_auroc(runs, share, probability,
-                                               shared.series_value(runs, closest["name"], closest["direction"])))
-            + ".")
-        parts.append(f"- At {share:.0%} of the budget ({shared.left_out_words(runs, share)}) the probability's "
-                     f"pooled AUROC is {mine}; "
-                     + ("tied or beaten by: " + "; ".join(better) + "." if better else "no single series ties or "
-                        "beats it.") + paired)
+    parts += [shared.share_line(f.strict, runs, share, OURS, probability, shared.left_out_words(runs, share))
+              for share in SHARES]
     parts += ["", "Where the way the directions were fixed when registered (the calibration AUROC's side of 0.5, "
               "whatever its interval) gives another direction than the strict one above:", "",
               shared.registered_directions(f.strict, f.registered), ""]
