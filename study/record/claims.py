@@ -42,6 +42,7 @@ import numpy as np
 
 from capgeo_callbacks.detection.stats import wilson
 from capgeo_callbacks.keys import layer_names
+from capgeo_callbacks.registry import default_measures
 from capgeo_callbacks.run.reading import RunRecord, find_runs
 from capgeo_callbacks.scoring import distinct
 from study.record.report import precursor_rates, size_correlations
@@ -157,13 +158,11 @@ def _deepest_floor(summary: Mapping[str, Any]) -> float | None:
     return None if not info else info.get("floor")
 
 
-DEFAULT_MEASURES = {"rankme", "probes"}
-
-
 def every_measure(summary: Mapping[str, Any]) -> bool:
-    """Whether a run measured more than the default measures (the measures phase: the same task and seed as a run of
-    the hard phase, so it enters the comparison of measures only, made on the runs that measured them all)."""
-    return bool(set(summary.get("measure_names") or ()) - DEFAULT_MEASURES)
+    """Whether a run measured any measure beyond the default preset, as the registry defines it now (the measures
+    phase: the same task and seed as a run of the hard phase, so it enters the comparison of measures only, made on
+    the runs that measured them all). The preset has grown (ILDR, the weight norm), never by a costly measure."""
+    return bool(set(summary.get("measure_names") or ()) - set(default_measures()))
 
 
 def claims(records: Sequence[RunRecord]) -> list[Claim]:

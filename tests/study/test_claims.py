@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capgeo_callbacks.run.reading import RunRecord
-from study.record.claims import BAND, MIN_N, claims, main, share_verdict
+from study.record.claims import BAND, MIN_N, claims, every_measure, main, share_verdict
 
 
 def run(name: str, **fields: object) -> RunRecord:
@@ -125,3 +125,11 @@ def test_a_rerun_counts_once() -> None:
     series = {"acc": [[0, 0.0], [100, 0.9]]}
     twice = [run("a", series=series), RunRecord("a", None, Path("other/a"), run("a", series=series).summary)]
     assert by_claim(claims(twice))["The collapse runs top-down"].n == 1
+
+
+def test_a_run_at_the_default_preset_counts_with_the_rest_whatever_the_preset_held_then() -> None:
+    # the committed corpus measured rankme and probes by default; train.py's default now adds ILDR and the weight norm
+    assert not every_measure({"measure_names": ["rankme", "probes"]})
+    assert not every_measure({"measure_names": ["rankme", "ildr", "probes", "weight_norm"]})
+    assert every_measure({"measure_names": ["rankme", "probes", "grad_rank", "hessian", "llc"]})
+    assert not every_measure({})
