@@ -80,7 +80,8 @@ def test_a_phase_runs_seed_by_seed_with_the_controls_interleaved(tmp_path: Path)
     args = sort.args  # train.py's own reading of the arguments
     assert (args.task, args.difficulty, args.size, args.max_steps, args.lr, args.seed) == ("sort", "medium", "xs", 450,
                                                                                            0.001, 3100)
-    assert args.measure_names == ["rankme", "probes", "weight_norm", "commutator"] and args.overhead_budget == "measure"
+    assert args.measure_names == ["rankme", "ildr", "probes", "weight_norm", "commutator"]  # default,commutator
+    assert args.overhead_budget == "measure"
     assert args.stop_when_learned and args.registered == ([], None) and not args.shuffle_answers
     control = next(job for job in calibration if job.tags["control"] and job.tags["cell"] == "sort-medium-b450")
     assert control.name == "sort-medium-b450-s3190-control" and control.args.shuffle_answers
