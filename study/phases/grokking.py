@@ -1,7 +1,7 @@
 """The registered grokking benchmark (issue 38; spec section 15): modular arithmetic trained by a user's function.
 
     python -m study.phases.grokking pilots           # the pilot grid's outcomes (examples/grokking/PILOTS.md)
-    python -m study.phases.grokking run calibration  # registered runs through the launcher -> corpus/grokking/
+    python -m study.phases.grokking run calibration  # registered runs through the launcher -> study/corpus/grokking/
     python -m study.phases.grokking fit              # fit on the calibration runs -> study/grokking_fitted.json
     python -m study.phases.grokking run heldout      # refuses to start before the fit is committed
     python -m study.record.grokking_report           # -> docs/grokking.md (readme: the README's line)
@@ -145,7 +145,7 @@ def fit(calibration: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def export(trial_dir: Path, config: Mapping[str, Any], phase: str, commit: str, digest: str) -> Path:
     """The run's summary with what the report needs (settings, phase, cost, provenance, registration) into
-    ``corpus/grokking/<phase>/<name>.json.gz``."""
+    ``study/corpus/grokking/<phase>/<name>.json.gz``."""
     summary = function_summary(trial_dir, commit)
     summary.update(name=run_name(config), phase=phase, control=bool(config["control"]),
                    registration={"path": str(REGISTRATION.relative_to(ROOT)), "sha256": digest})

@@ -3,9 +3,9 @@ about half the seeds acquire within the budget, so that no setting tells them ap
 layer, the probes, ILDR, the commutator defect) tell which twins will acquire, beyond the accuracy, the losses and
 the weight norm?
 
-    python -m study.phases.twins pilots run   # the pilot runs (seeds 3000 and up) -> corpus/twins/pilots/
+    python -m study.phases.twins pilots run   # the pilot runs (seeds 3000 and up) -> study/corpus/twins/pilots/
     python -m study.phases.twins pilots       # each candidate cell's pilot outcomes (docs/twins-pilots.md)
-    python -m study.phases.twins calibration run --workers 2   # the registered twins -> corpus/twins/calibration/
+    python -m study.phases.twins calibration run --workers 2   # the registered twins -> study/corpus/twins/calibration/
     python -m study.phases.twins fit                           # the calibration twins -> study/twins_fitted.json
     python -m study.phases.twins heldout run --workers 2       # refuses to start before the fit is committed
 
@@ -43,8 +43,8 @@ GROKKING_FIXED = {"p": 97, "lr": 0.001, "warmup": 10, "batch_size": 512, "dim": 
 LONG_BUDGET = 5000  # grokking pilots run this long; a cell's budget is read off them
 
 # train.py candidates (size xs, learning rate 1e-3, train.py's defaults otherwise), each budget near where the
-# committed corpus's same-setting runs acquire (corpus/who-learns, corpus/calibration: e.g. sort medium at 400
-# steps acquired on 2 of 5 seeds, reverse medium at 1500 steps between 240 and 636, mul medium at 1200 between 683
+# committed corpus's same-setting runs acquire (study/corpus/who-learns, study/corpus/calibration: e.g. sort medium at
+# 400 steps acquired on 2 of 5 seeds, reverse medium at 1500 steps between 240 and 636, mul medium at 1200 between 683
 # and 997, compare hard at 2400 on 3 of 9)
 CANDIDATES: tuple[Mapping[str, Any], ...] = (
     {"task": "sort", "difficulty": "medium", "max_steps": 450},
@@ -57,9 +57,9 @@ CANDIDATES: tuple[Mapping[str, Any], ...] = (
 )
 # Added candidates (the second round): by their first 3 pilots each, none of mul medium (700, 900), reverse medium
 # (350, 500) or compare hard (2400) is on its way to 30-70%, leaving fewer than 4 cells of capgeo's tasks. These are
-# the settings whose committed same-setting runs split nearest half (corpus/who-learns, corpus/calibration,
-# corpus/heldout; some seeds appear in two phases): mul medium at 1200 acquired on 9 of 14, reverse hard at 2400 on 14
-# of 24, sort hard at 2400 on 12 of 23, compare hard at 3200 on 10 of 18, at the budgets those runs had (the
+# the settings whose committed same-setting runs split nearest half (study/corpus/who-learns, study/corpus/calibration,
+# study/corpus/heldout; some seeds appear in two phases): mul medium at 1200 acquired on 9 of 14, reverse hard at 2400
+# on 14 of 24, sort hard at 2400 on 12 of 23, compare hard at 3200 on 10 of 18, at the budgets those runs had (the
 # learning-rate schedule is tied to the budget). At most about 1.2 CPU-hours for their 32 pilots, under the 1.5 allowed.
 ADDED_CANDIDATES: tuple[Mapping[str, Any], ...] = (
     {"task": "mul", "difficulty": "medium", "max_steps": 1200},

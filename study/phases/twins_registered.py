@@ -1,9 +1,9 @@
 """The twins' registered phases (issue 44; spec section 16): the calibration twins, the fit frozen on them, the
 held-out twins, each run as the committed registration ``study/twins_registration.json`` fixes it.
 
-    python -m study.phases.twins calibration run --workers 2   # -> corpus/twins/calibration/<twin>.json.gz
+    python -m study.phases.twins calibration run --workers 2   # -> study/corpus/twins/calibration/<twin>.json.gz
     python -m study.phases.twins fit                           # every calibration twin -> study/twins_fitted.json
-    python -m study.phases.twins heldout run --workers 2       # -> corpus/twins/heldout/, once the fit is committed
+    python -m study.phases.twins heldout run --workers 2  # -> study/corpus/twins/heldout/, once the fit is committed
 
 **What the runner reads** of the registration (:data:`READS`), and nothing else of it; the rest is the analysis', in
 words there and in :mod:`study.phases.twins_analysis` at the registration's commit:
@@ -30,7 +30,7 @@ held-out phase before the fit is committed, or with a fit made on other calibrat
 
 **Order and record.** Seed by seed across the cells, the controls spread evenly among the seeds (:func:`interleaved`):
 a phase cut short covers every cell, controls included. Every run from a clean tree at one commit, one thread; each
-exported as it finishes to ``corpus/twins/<phase>/<twin>.json.gz``, refused unless it names that commit with
+exported as it finishes to ``study/corpus/twins/<phase>/<twin>.json.gz``, refused unless it names that commit with
 ``uncommitted_changes: false`` and the registered overhead setting, with its CPU seconds, capgeo's measured share
 (the summary's ``overhead``) and the registration's path and sha256. A launch resumes its phase: exported twins are
 skipped, and a finished one not yet exported is exported first.
@@ -196,7 +196,7 @@ def target(trial: Twin, folder: Path | None = None) -> Path:
 
 
 def export(trial: Twin, found: Mapping[str, Any], path: Path, commit: str, folder: Path | None = None) -> Path:
-    """A finished twin's summary, bound to the registration, into ``corpus/twins/<phase>/``; refused (SystemExit)
+    """A finished twin's summary, bound to the registration, into ``study/corpus/twins/<phase>/``; refused (SystemExit)
     unless it was made from the clean tree at ``commit`` under the registered overhead setting."""
     summary = trial_summary(trial, commit)
     if summary is None:

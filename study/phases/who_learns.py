@@ -1,7 +1,7 @@
 """The registered test of who will learn (issue 37; spec section 14): does capgeo tell, live, which runs will acquire
 within their budget, and when?
 
-    python -m study.phases.who_learns run calibration  # registered train.py runs (launcher) -> corpus/who-learns/
+    python -m study.phases.who_learns run calibration  # registered train.py runs (launcher) -> study/corpus/who-learns/
     python -m study.phases.who_learns fit              # fit on the calibration runs -> study/who_learns_fitted.json
     python -m study.phases.who_learns run heldout      # refuses to start before the fit is committed
     python -m study.phases.who_learns pilots           # the pilots' outcomes (docs/who-learns-pilots.md)
