@@ -12,6 +12,7 @@ that function runs.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -215,7 +216,7 @@ def test_the_packaged_launcher_names_neither_the_bench_nor_the_study() -> None:
 
 def test_the_bench_imports_train_py_only_to_run_it() -> None:
     """train.py's arguments are read by train_cli (its command line); train.py itself is imported only where a
-    train.py trial runs (``sweep.Trial.execute``)."""
+    train.py trial runs (``sweep.TrainTrial.execute``)."""
     for path in [ROOT / "sweep.py"]:
         tree = ast.parse(path.read_text())
         owners = {id(method): cls.name for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
@@ -227,14 +228,18 @@ def test_the_bench_imports_train_py_only_to_run_it() -> None:
                      for alias in inner.names}
             if "train" in names:
                 where = (owners.get(id(function)), getattr(function, "name", None))
-                assert where == ("Trial", "execute"), \
+                assert where == ("TrainTrial", "execute"), \
                     f"{path.relative_to(ROOT)} imports train.py in {'.'.join(filter(None, where)) or 'the module'}"
 
 
-def test_the_study_imports_no_example() -> None:
+def test_the_study_imports_the_examples_it_runs_never_names_them() -> None:
+    """An example the study trains with is imported (a renamed example breaks the study's import), never run by a
+    dotted name the launcher resolves only when a run starts."""
+    dotted = re.compile(r"^examples(\.\w+)+(:[\w.]+)?$")
     for path in modules("study"):
-        wrong = [(line, name) for line, name in imported(path) if top(name) == "examples"]
-        assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}: the study runs an example as a user would"
+        named = [(node.lineno, node.value) for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and dotted.match(node.value)]
+        assert not named, f"{path.relative_to(ROOT)} names examples by their path: {named}; import them"
 
 
 def test_no_import_circle_among_the_project_s_modules() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from study.checkout import CORPUS as STUDY_CORPUS
 from study.checkout import ROOT
-from sweep import Trial as Job
+from sweep import TrainTrial as Job
 
 CORPUS = STUDY_CORPUS / "ablation"
 DOC = ROOT / "docs" / "ablation.md"
@@ -45,11 +45,12 @@ def ablation_jobs() -> list[Job]:
             for schedule, flags in SCHEDULES.items():
                 argv = ("--task", task, "--difficulty", "hard", "--seed", str(seed), "--max-steps", str(MAX_STEPS),
                         "--stop-at-step", str(STOP), "--measures", "rankme", *flags)
-                jobs.append(Job(f"{task}-s{seed}", argv, LOGDIR / schedule, {"schedule": schedule}))
+                jobs.append(Job(f"{task}-s{seed}", argv, logdir=LOGDIR / schedule, tags={"schedule": schedule}))
     for schedule, flags in SCHEDULES.items():
         argv = ("--task", FULL_TASK, "--difficulty", "hard", "--seed", "0", "--max-steps", str(MAX_STEPS),
                 "--measures", "rankme", "--stop-when-learned", *flags)
-        jobs.append(Job(f"{FULL_TASK}-s0-full", argv, LOGDIR / schedule, {"schedule": schedule, "full": True}))
+        jobs.append(Job(f"{FULL_TASK}-s0-full", argv, logdir=LOGDIR / schedule,
+                        tags={"schedule": schedule, "full": True}))
     return jobs
 
 
@@ -61,7 +62,7 @@ def export(runs: Path = LOGDIR) -> int:
     count = 0
     for job in ablation_jobs():
         schedule = job.logdir.name
-        summary = summary_of(Job(job.name, job.argv, runs / schedule))
+        summary = summary_of(Job(job.name, job.argv, logdir=runs / schedule))
         if summary is not None:
             write_packed(summary, CORPUS / schedule / f"{job.name}.json.gz")
             count += 1

@@ -24,7 +24,7 @@ from typing import Any
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.sweeps import add_launch_arguments, launch_with, summary_of
 from study.checkout import CORPUS, ROOT
-from sweep import Trial as Job
+from sweep import TrainTrial as Job
 
 LOGDIR = ROOT / "runs" / "calibration"
 COMMITTED = CORPUS / "calibration"
@@ -94,8 +94,8 @@ def variant_jobs(variants: Sequence[Variant] = VARIANTS, seeds: Sequence[int] = 
         for seed in seeds:
             argv = ("--task", variant.task, "--difficulty", variant.difficulty, "--seed", str(seed), *variant.flags,
                     "--measures", measures, "--stop-when-learned")
-            jobs.append(Job(f"{variant.name}-s{seed}", argv, logdir / variant.name,
-                            {"variant": variant.name, "seed": seed}))
+            jobs.append(Job(f"{variant.name}-s{seed}", argv, logdir=logdir / variant.name,
+                            tags={"variant": variant.name, "seed": seed}))
     return jobs
 
 

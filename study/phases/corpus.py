@@ -37,7 +37,7 @@ import tasks
 from capgeo_callbacks.run.summary import json_safe, read_summary
 from capgeo_callbacks.sweeps import add_launch_arguments, launch_with, summary_of
 from study.checkout import CORPUS, ROOT, require_clean_tree
-from sweep import Trial as Job
+from sweep import TrainTrial as Job
 from tasks.budgets import budget
 
 RUNS = ROOT / "runs" / "corpus"
@@ -57,8 +57,8 @@ def _job(phase: str, task: str, difficulty: str, seed: int, size: str = "xs", me
     name = f"{task}-{difficulty}-{size}-s{seed}{suffix}"
     argv = ("--task", task, "--difficulty", difficulty, "--size", size, "--seed", str(seed), "--measures",
             measures, *extra)
-    return Job(name, argv, RUNS / phase, {"phase": phase, "task": task, "difficulty": difficulty, "seed": seed,
-                                           "size": size})
+    return Job(name, argv, logdir=RUNS / phase,
+               tags={"phase": phase, "task": task, "difficulty": difficulty, "seed": seed, "size": size})
 
 
 def phase_jobs(phase: str) -> list[Job]:
@@ -127,7 +127,7 @@ def export(runs: Path = RUNS, corpus: Path = CORPUS) -> int:
     count = 0
     for phase in PHASES:
         for job in phase_jobs(phase):
-            summary = summary_of(Job(job.name, job.argv, runs / phase))
+            summary = summary_of(Job(job.name, job.argv, logdir=runs / phase))
             if summary is None:
                 continue
             write_packed(summary, corpus / phase / f"{job.name}.json.gz")

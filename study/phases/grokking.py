@@ -29,8 +29,9 @@ from capgeo_callbacks.rules import RunView, SurvivalForecaster
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.sweeps import FunctionTrial, launch
 from study.checkout import ROOT, require_clean_tree
-from study.phases import registered_phase_command
+from study.phases import functions, registered_phase_command
 from study.phases.corpus import CORPUS, function_summary, write_packed
+from study.phases.functions import registered_function
 from study.registrations.policy import committed, load_registered, sha256
 
 REGISTRATION = ROOT / "study" / "grokking_registration.json"
@@ -165,7 +166,8 @@ def run_phase(phase: str, engine: str = "ray", workers: int = 2, path: Path = RE
                          f"commit {FITTED.relative_to(ROOT)}")
     found, digest = registration(path), sha256(path)
     todo = [config for config in configs(phase, path) if not (FOLDER / phase / f"{run_name(config)}.json.gz").exists()]
-    trials = [FunctionTrial(run_name(config), found["function"], config, RUNS / phase, tags={"phase": phase},
+    function = registered_function(functions.grokking, found["function"])
+    trials = [FunctionTrial(run_name(config), function, config, logdir=RUNS / phase, tags={"phase": phase},
                             cpus=found["threads"]) for config in todo]
     config_of = {trial.root: config for trial, config in zip(trials, todo, strict=True)}
     written: list[Path] = []

@@ -30,7 +30,7 @@ from study.checkout import ROOT, require_clean_tree
 from study.phases.corpus import CORPUS, HELD_OUT_SEEDS, write_packed
 from study.registrations.forecast import REGISTRATION
 from study.registrations.policy import as_registered, committed, held_out_check, registered_rule, sha256
-from sweep import Trial as Job
+from sweep import TrainTrial as Job
 
 RUNS = ROOT / "runs" / "heldout"
 
@@ -46,10 +46,10 @@ def heldout_jobs(registration: Path = REGISTRATION) -> list[Job]:
         for task in plan["tasks"]:
             common = ("--task", task, "--difficulty", plan["difficulty"], "--size", plan["size"], "--seed", str(seed),
                       "--registration", str(registration))
-            jobs.append(Job(f"{task}-hard-xs-s{seed}", (*common, "--stop-when-learned"), RUNS,
-                            {"seed": seed, "task": task}))
-            jobs.append(Job(f"{task}-hard-xs-s{seed}-shuffled", (*common, "--shuffle-answers"), RUNS,
-                            {"seed": seed, "task": task, "control": True}))
+            jobs.append(Job(f"{task}-hard-xs-s{seed}", (*common, "--stop-when-learned"), logdir=RUNS,
+                            tags={"seed": seed, "task": task}))
+            jobs.append(Job(f"{task}-hard-xs-s{seed}-shuffled", (*common, "--shuffle-answers"), logdir=RUNS,
+                            tags={"seed": seed, "task": task, "control": True}))
     return jobs
 
 

@@ -35,6 +35,7 @@ from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table,
 from capgeo_callbacks.scoring.scores import Rate, error_text, scored_run, warning_table
 from capgeo_callbacks.sweeps import FunctionTrial, Outcome, add_launch_arguments, launch_with
 from study.checkout import ROOT, require_clean_tree
+from study.phases import functions
 from study.phases.corpus import CORPUS, made_on, unrecorded, write_packed
 from study.registrations.policy import as_registered, committed, registered_before, registered_rule, sha256
 
@@ -43,7 +44,6 @@ RUNS = ROOT / "runs" / "newtasks"
 FOLDER = CORPUS / "newtasks"
 DOC = ROOT / "docs" / "newtasks.md"
 PILOTS = ROOT / "examples" / "new_tasks" / "PILOTS.md"
-TRAIN = "examples.new_tasks.run:train"  # the families' training function, run by the launcher by its name
 
 
 def run_name(family: str, seed: int, control: bool) -> str:
@@ -65,15 +65,16 @@ def jobs(path: Path = REGISTRATION) -> list[tuple[str, int, bool]]:
 def run_all(path: Path = REGISTRATION, runs: Path = RUNS, folder: Path = FOLDER,
             launch_args: argparse.Namespace | None = None) -> list[Path]:
     """Run (or resume) every registered run not yet in ``folder``, each a trial of the launcher on the example's own
-    training function (:data:`TRAIN`, named, not imported: the study runs it as a user would; ``launch_args``:
+    training function (:data:`study.phases.functions.new_tasks`, as a user's sweep would run it; ``launch_args``:
     :func:`capgeo_callbacks.sweeps.add_launch_arguments`'; default one at a time on a local Ray); export each as it
     finishes. A run whose recorded settings are not the registered ones is refused."""
     commit = require_clean_tree("the registered test on new task families")
     if not committed(path):
         raise SystemExit(f"{path.relative_to(ROOT)} is not committed as it is: commit the registration first")
     found, digest = registration(path), sha256(path)
-    trials = [FunctionTrial(run_name(family, seed, control), TRAIN,
-                            {"family": family, "seed": seed, "control": control, **found["families"][family]}, runs)
+    trials = [FunctionTrial(run_name(family, seed, control), functions.new_tasks,
+                            {"family": family, "seed": seed, "control": control, **found["families"][family]},
+                            logdir=runs)
               for family, seed, control in jobs(path)]
     written = []
 

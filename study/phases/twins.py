@@ -28,16 +28,15 @@ from typing import Any
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.sweeps import FunctionTrial, launch
 from study.checkout import ROOT, require_clean_tree
-from study.phases import registered_phase_command
+from study.phases import functions, registered_phase_command
 from study.phases import twins_registered as registered
 from study.phases.corpus import trial_summary, write_packed
 from study.phases.twins_cells import FOLDER, RUNS, cell_name
-from sweep import Trial
+from sweep import TrainTrial
 
 DOC = ROOT / "docs" / "twins-pilots.md"
 PILOT_SEEDS = tuple(range(3000, 3008))  # 8 per candidate cell; never a calibration or held-out seed
 TWIN_SHARE = (0.3, 0.7)  # a twin cell: this share of its pilot seeds acquire within the budget
-GROKKING = "examples.grokking.grokking:train"
 GROKKING_FIXED = {"p": 97, "lr": 0.001, "warmup": 10, "batch_size": 512, "dim": 128, "layers": 1, "heads": 4,
                   "stop_at": 0.99}  # as in study/grokking_registration.json
 LONG_BUDGET = 5000  # grokking pilots run this long; a cell's budget is read off them
@@ -73,19 +72,19 @@ GROKKING_CANDIDATES: tuple[Mapping[str, Any], ...] = (
 )
 
 
-def pilot_jobs() -> list[tuple[str, Trial | FunctionTrial]]:
+def pilot_jobs() -> list[tuple[str, TrainTrial | FunctionTrial]]:
     """Every pilot run, seed by seed across the cells (a phase cut short still covers every cell)."""
-    jobs: list[tuple[str, Trial | FunctionTrial]] = []
+    jobs: list[tuple[str, TrainTrial | FunctionTrial]] = []
     for seed in PILOT_SEEDS:
         for candidate in (*CANDIDATES, *ADDED_CANDIDATES):
             name = f"{cell_name(candidate)}-s{seed}"
             argv = ("--task", candidate["task"], "--difficulty", candidate["difficulty"], "--size", "xs",
                     "--max-steps", str(candidate["max_steps"]), "--lr", "0.001", "--seed", str(seed))
-            jobs.append((name, Trial(name, argv, RUNS / "pilots", tags={"cell": cell_name(candidate)})))
+            jobs.append((name, TrainTrial(name, argv, logdir=RUNS / "pilots", tags={"cell": cell_name(candidate)})))
         for candidate in GROKKING_CANDIDATES:
             name = f"{cell_name(candidate)}-s{seed}"
             config = {**GROKKING_FIXED, **candidate, "max_steps": LONG_BUDGET, "seed": seed, "control": False}
-            jobs.append((name, FunctionTrial(name, GROKKING, config, RUNS / "pilots",
+            jobs.append((name, FunctionTrial(name, functions.grokking, config, logdir=RUNS / "pilots",
                                              tags={"cell": cell_name(candidate)})))
     return jobs
 
@@ -137,7 +136,7 @@ def run_pilots(engine: str = "ray", workers: int = 2) -> list[Path]:
     return written
 
 
-def _expected_steps(trial: Trial | FunctionTrial) -> int:
+def _expected_steps(trial: TrainTrial | FunctionTrial) -> int:
     return LONG_BUDGET if trial.kind == "function" else int(trial.args.max_steps)
 
 

@@ -14,7 +14,6 @@ reported as they come. Never on ``examples/new_tasks`` (the held-out test of iss
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import tempfile
 import time
@@ -28,17 +27,18 @@ from capgeo_callbacks.rules.trend import TrendForecaster
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs
 from capgeo_callbacks.scoring.scores import Rate, error_text, scored_run
+from examples import hugging_face_gpt2, lightning_demo_transformer, own_model, vision_encoder
 from study.checkout import ROOT
 from study.phases.corpus import CORPUS, made_on, unrecorded, write_packed
 
 GALLERY = CORPUS / "gallery"
 DOC = ROOT / "docs" / "user-forecast.md"
-# the examples as their tests run them: (name, module, main's keyword arguments)
-EXAMPLES = (("own_model", "examples.own_model", {}),
-            ("lightning_demo_transformer", "examples.lightning_demo_transformer", {}),
-            ("hugging_face_gpt2-lightning", "examples.hugging_face_gpt2", {"framework": "lightning"}),
-            ("hugging_face_gpt2-transformers", "examples.hugging_face_gpt2", {"framework": "transformers"}),
-            ("vision_encoder", "examples.vision_encoder", {}))
+# the examples as their tests run them: (name, the example's main, its keyword arguments)
+EXAMPLES = (("own_model", own_model.main, {}),
+            ("lightning_demo_transformer", lightning_demo_transformer.main, {}),
+            ("hugging_face_gpt2-lightning", hugging_face_gpt2.main, {"framework": "lightning"}),
+            ("hugging_face_gpt2-transformers", hugging_face_gpt2.main, {"framework": "transformers"}),
+            ("vision_encoder", vision_encoder.main, {}))
 SETS = ("calibration", "ablation", "levels", "fresh", "controls")
 FORECASTERS = ("acc-trend", "acc-last", "acc-linear", "curve-families", "loss-threshold")
 SHARES = (0.25, 0.5, 0.75)
@@ -51,10 +51,10 @@ def run_gallery() -> list[Path]:
     import torch
 
     written = []
-    for name, module, options in EXAMPLES:
+    for name, main, options in EXAMPLES:
         with tempfile.TemporaryDirectory() as root:
             started = time.process_time()
-            folder = importlib.import_module(module).main(root=root, **options)
+            folder = main(root=root, **options)
             summary = {**read_summary(folder), "cpu_seconds": round(time.process_time() - started, 1),
                        "threads": torch.get_num_threads(),
                        **made_on("cuda:0" if torch.cuda.is_available() else "cpu")}
