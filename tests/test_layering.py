@@ -310,3 +310,22 @@ def test_only_the_measuring_unit_measures_hidden_states_and_reads_labels() -> No
     callers = {path.relative_to(ROOT).as_posix(): sorted(called_names(path) & measured)
                for path in modules("capgeo_callbacks") if called_names(path) & measured}
     assert callers == {"capgeo_callbacks/capture/unit.py": sorted(measured)}
+
+
+# The layout the project ships: the library, its bench and tests at the top, docs, examples and benchmarks beside
+# them, one study folder (its runs inside it), the bench's thin fronts, and the usual files.
+TOP_LEVEL = {"pyproject.toml", "README.md", "capgeo_callbacks", "tasks", "models", "tests", "train.py", "docs",
+             "examples", "benchmarks", "study", "train_cli.py", "sweep.py",
+             "LICENSE", "CHANGELOG.md", "mkdocs.yml", ".gitignore", ".ci", ".github"}
+
+
+def test_the_top_level_holds_only_what_ships() -> None:
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: the tracked files cannot be told from build outputs")
+    found = {Path(line).parts[0] for line in listed.stdout.splitlines() if line}
+    assert "capgeo_callbacks" in found and "study" in found
+    assert found <= TOP_LEVEL, f"at the top besides the project's layout: {sorted(found - TOP_LEVEL)}"
