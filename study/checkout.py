@@ -9,7 +9,7 @@ from pathlib import Path
 
 from capgeo_callbacks.sweeps import source_provenance
 
-__all__ = ["CORPUS", "FORMER_CORPUS", "ROOT", "corpus_path", "require_clean_tree"]
+__all__ = ["CORPUS", "FORMER_CORPUS", "ROOT", "corpus_path", "history_paths", "require_clean_tree"]
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "study" / "corpus"  # the committed runs' summaries, one folder a phase
@@ -24,6 +24,16 @@ def corpus_path(written: str | Path) -> Path:
     if parts and parts[0] == FORMER_CORPUS:
         return CORPUS.joinpath(*parts[1:])
     return ROOT / written
+
+
+def history_paths(path: Path) -> list[str]:
+    """``path`` relative to the checkout, and, under :data:`CORPUS`, where it was before the move too: what git's
+    history of committed runs is asked about (a file's first commit is under its former path)."""
+    relative = Path(path).resolve().relative_to(ROOT)
+    found = [relative.as_posix()]
+    if Path(path).resolve().is_relative_to(CORPUS):
+        found.append(Path(FORMER_CORPUS, Path(path).resolve().relative_to(CORPUS)).as_posix())
+    return found
 
 
 def require_clean_tree(what: str, root: Path = ROOT) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from study.checkout import CORPUS, ROOT, corpus_path
+from study.checkout import CORPUS, ROOT, corpus_path, history_paths
 
 FORMER = re.compile(r"\bcorpus/[\w./-]*\w")  # a path to committed runs as the registrations wrote it
 
@@ -31,3 +31,9 @@ def test_the_runs_the_registrations_name_are_where_the_mapping_says() -> None:
         folder = corpus_path(path)
         assert folder.is_dir() and any(folder.glob("*.json.gz")), f"{path} -> {folder}: no committed runs there"
         assert not (ROOT / path).exists()  # the former place is empty: one home for the runs
+
+
+def test_git_s_history_of_committed_runs_is_asked_under_both_paths() -> None:
+    """A run's first commit is under its former path: the pages' 'commit that added them' asks git about both."""
+    assert history_paths(CORPUS / "hard") == ["study/corpus/hard", "corpus/hard"]
+    assert history_paths(ROOT / "study" / "registration.json") == ["study/registration.json"]
