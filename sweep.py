@@ -1,6 +1,6 @@
 """Sweep train.py over tasks x difficulties x sizes (x seeds) on Ray Tune or submitit, skipping finished runs and
 resuming others: capgeo's bench in front of the package's launcher (:mod:`capgeo_callbacks.sweeps`), which knows
-nothing of train.py; here a train.py run is a trial of it (:class:`Trial`).
+nothing of train.py; here a train.py run is a trial of it (:class:`TrainTrial`).
 
     python sweep.py --tasks mod sort --difficulties hard --sizes xs s --logdir runs/sweep --fraction 0.25 --jobs 2
     python sweep.py ... --address auto                 # on the Ray cluster this machine belongs to (docs/sweeps.md)
@@ -29,7 +29,7 @@ import contextlib
 import io
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,10 +37,10 @@ from typing import Any, ClassVar
 import tasks
 from capgeo_callbacks.sweeps import Outcome, capability_stopper, no_callbacks, run_state
 from capgeo_callbacks.sweeps.cli import add_engine_arguments, check_engine_arguments, run
-from capgeo_callbacks.sweeps.trials import Kind, State, TrialFolder, TrialLike, check_resources
+from capgeo_callbacks.sweeps.trials import Kind, State, Trial, TrialLike
 from models import SIZES
 
-__all__ = ["RESERVED_FLAGS", "ROOT", "TRIAL_FLAGS", "Trial", "main", "parse_args", "plan_runs", "train_args"]
+__all__ = ["RESERVED_FLAGS", "ROOT", "TRIAL_FLAGS", "TrainTrial", "main", "parse_args", "plan_runs", "train_args"]
 
 ROOT = Path(__file__).resolve().parent  # the checkout: train.py, tasks and models import from it
 # train.py flags a trial sets from its name and folder; in its arguments they would break naming or resuming
@@ -50,34 +50,24 @@ RESERVED_FLAGS = ("--task", "--difficulty", "--size", "--seed", "--logdir", "--n
 
 
 @dataclass(frozen=True)
-class Trial(TrialFolder):
-    """One train.py run of a sweep or a study phase: a command trial of the launcher
-    (:class:`~capgeo_callbacks.sweeps.trials.TrialLike`), run in the trial's process.
+class TrainTrial(Trial):
+    """One train.py run of a sweep or a study phase, ``TrainTrial(name, argv, logdir=...)``: a command trial of the
+    launcher (:class:`~capgeo_callbacks.sweeps.trials.TrialLike`), run in the trial's process.
 
     Attributes:
-        name: the run folder's name under ``logdir`` (unique within it).
         argv: train.py arguments, without ``--logdir``, ``--name`` or ``--resume``.
-        logdir: the folder the run folder is in.
-        tags: what the caller wants to remember about it (phase, variant, seed...).
-        cpus: CPU cores the trial holds (also its thread count).
-        gpus: the share of a GPU it holds (0.25: four trials share one GPU).
+        name, logdir, tags, cpus, gpus: as every :class:`~capgeo_callbacks.sweeps.trials.Trial`.
     """
 
-    name: str
     argv: tuple[str, ...]
-    logdir: Path
-    tags: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
-    cpus: float = 1.0
-    gpus: float = 0.0
     kind: ClassVar[Kind] = "command"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "logdir", Path(self.logdir).absolute())  # engines run trials from other folders
+        super().__post_init__()
         given = [a for a in self.argv if a.split("=")[0] in TRIAL_FLAGS]
         if given:
             raise ValueError(f"trial {self.name}: train.py arguments must not set {', '.join(given)} "
                              f"(the trial sets them from its name and folder)")
-        check_resources(self.name, self.cpus, self.gpus)
 
     @property
     def import_roots(self) -> tuple[Path, ...]:
@@ -141,7 +131,7 @@ def plan_runs(
     extra_args: Sequence[str] = (),
     cpus: float = 1.0,
     gpus: float = 0.0,
-) -> list[Trial]:
+) -> list[TrainTrial]:
     """Every run of the sweep, in task, difficulty, size, seed order, as trials of the launcher.
 
     Each run's arguments are checked by ``train.parse_args`` here, so a bad extra argument fails before
@@ -174,7 +164,7 @@ def plan_runs(
                          f"(use --tasks, --difficulties, --sizes, --seeds, --logdir)")
     if fraction is not None and not 0 < fraction <= 1:
         raise ValueError(f"--fraction must be in (0, 1] (the share of each run's step budget to run), got {fraction}")
-    trials: list[Trial] = []
+    trials: list[TrainTrial] = []
     for task in tasks_:
         for difficulty in difficulties:
             for size in sizes:
@@ -193,7 +183,7 @@ def plan_runs(
                     if fraction is not None:  # in (0, 1], so 1 <= stop <= max_steps, as train.py requires
                         stop = max(1, round(fraction * args.max_steps))
                         argv = (*argv, "--stop-at-step", str(stop))
-                    trials.append(Trial(args.name, argv, Path(logdir), {
+                    trials.append(TrainTrial(args.name, argv, logdir=Path(logdir), tags={
                         "task": task, "difficulty": difficulty, "size": size, "seed": seed,
                         "max_steps": args.max_steps, "stop_at_step": stop}, cpus=cpus, gpus=gpus))
     return trials

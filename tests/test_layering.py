@@ -12,6 +12,7 @@ that function runs.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -215,7 +216,7 @@ def test_the_packaged_launcher_names_neither_the_bench_nor_the_study() -> None:
 
 def test_the_bench_imports_train_py_only_to_run_it() -> None:
     """train.py's arguments are read by train_cli (its command line); train.py itself is imported only where a
-    train.py trial runs (``sweep.Trial.execute``)."""
+    train.py trial runs (``sweep.TrainTrial.execute``)."""
     for path in [ROOT / "sweep.py"]:
         tree = ast.parse(path.read_text())
         owners = {id(method): cls.name for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
@@ -227,14 +228,18 @@ def test_the_bench_imports_train_py_only_to_run_it() -> None:
                      for alias in inner.names}
             if "train" in names:
                 where = (owners.get(id(function)), getattr(function, "name", None))
-                assert where == ("Trial", "execute"), \
+                assert where == ("TrainTrial", "execute"), \
                     f"{path.relative_to(ROOT)} imports train.py in {'.'.join(filter(None, where)) or 'the module'}"
 
 
-def test_the_study_imports_no_example() -> None:
+def test_the_study_imports_the_examples_it_runs_never_names_them() -> None:
+    """An example the study trains with is imported (a renamed example breaks the study's import), never run by a
+    dotted name the launcher resolves only when a run starts."""
+    dotted = re.compile(r"^examples(\.\w+)+(:[\w.]+)?$")
     for path in modules("study"):
-        wrong = [(line, name) for line, name in imported(path) if top(name) == "examples"]
-        assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}: the study runs an example as a user would"
+        named = [(node.lineno, node.value) for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and dotted.match(node.value)]
+        assert not named, f"{path.relative_to(ROOT)} names examples by their path: {named}; import them"
 
 
 def test_no_import_circle_among_the_project_s_modules() -> None:
@@ -305,3 +310,22 @@ def test_only_the_measuring_unit_measures_hidden_states_and_reads_labels() -> No
     callers = {path.relative_to(ROOT).as_posix(): sorted(called_names(path) & measured)
                for path in modules("capgeo_callbacks") if called_names(path) & measured}
     assert callers == {"capgeo_callbacks/capture/unit.py": sorted(measured)}
+
+
+# The layout the project ships: the library, its bench and tests at the top, docs, examples and benchmarks beside
+# them, one study folder (its runs inside it), the bench's thin fronts, and the usual files.
+TOP_LEVEL = {"pyproject.toml", "README.md", "capgeo_callbacks", "tasks", "models", "tests", "train.py", "docs",
+             "examples", "benchmarks", "study", "train_cli.py", "sweep.py",
+             "LICENSE", "CHANGELOG.md", "mkdocs.yml", ".gitignore", ".ci", ".github"}
+
+
+def test_the_top_level_holds_only_what_ships() -> None:
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: the tracked files cannot be told from build outputs")
+    found = {Path(line).parts[0] for line in listed.stdout.splitlines() if line}
+    assert "capgeo_callbacks" in found and "study" in found
+    assert found <= TOP_LEVEL, f"at the top besides the project's layout: {sorted(found - TOP_LEVEL)}"

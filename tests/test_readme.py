@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "study" / "corpus"  # the committed runs
 README = (ROOT / "README.md").read_text()
 
 
@@ -53,7 +54,7 @@ def test_the_line_that_adds_the_probability_runs_as_printed() -> None:
 
     line = re.search(r"`(PrecursorDetector\(rules=\[\*default_rules\(\), SurvivalForecaster\(\)[^`]*)`",
                      README).group(1)
-    folder = str(ROOT / "corpus" / "who-learns" / "calibration")
+    folder = str(CORPUS / "who-learns" / "calibration")
     scope = {"PrecursorDetector": PrecursorDetector, "default_rules": default_rules,
              "SurvivalForecaster": SurvivalForecaster, "load_runs": load_runs}
     detector = eval(line.replace('"lightning_logs/"', repr(folder)), scope)  # noqa: S307 - the README's own line

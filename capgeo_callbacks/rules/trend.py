@@ -31,8 +31,8 @@ from capgeo_callbacks.rules.forecasters import ForecastRule, _crossing
 __all__ = ["TREND_SPREAD", "AccuracyOnsetRule", "LastValueForecaster", "LinearForecaster", "TrendForecaster",
            "accuracy_so_far", "chance_and_noise", "weighted_line"]
 
-# log(actual / predicted time to acquisition) of acc-trend's forecasts on corpus/calibration, at 25%, 50% and 75% of
-# each acquired run's time to acquisition: the 10th and 90th percentiles, rounded out to 0.1
+# log(actual / predicted time to acquisition) of acc-trend's forecasts on study/corpus/calibration, at 25%, 50% and
+# 75% of each acquired run's time to acquisition: the 10th and 90th percentiles, rounded out to 0.1
 # (python -m study.record.user_forecast spread; docs/user-forecast.md)
 TREND_SPREAD = (-0.7, 1.4)
 

@@ -7,7 +7,7 @@ One home for finding runs on disk and their summaries, for every reader (the sco
 A run is a folder. Lightning's loggers give it one ``version_<k>`` folder per start (``train.py``:
 ``LOGDIR/NAME/version_<k>/capgeo_summary.json``); the newest version (highest ``k``) is the run, and only
 a version whose summary can be read counts as finished. A committed corpus packs each run's summary into one
-gzipped file (``corpus/hard/sort-hard-xs-s0.json.gz``): that file is the run, named by its path without
+gzipped file (``study/corpus/hard/sort-hard-xs-s0.json.gz``): that file is the run, named by its path without
 ``.json.gz``. The summary may also sit in the run folder itself (a user's own trainer). What capgeo cost a run is
 read from its summary here too (:func:`capgeo_share`, :func:`overhead_line`).
 """

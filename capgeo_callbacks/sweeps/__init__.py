@@ -34,8 +34,8 @@ from capgeo_callbacks.sweeps.functions import RESERVED_KEYS, FunctionTrial, func
 from capgeo_callbacks.sweeps.trials import (
     LOG_NAME,
     TRIAL_RECORD,
+    Trial,
     TrialFailed,
-    TrialFolder,
     TrialLike,
     run_state,
     run_trial,
@@ -44,7 +44,7 @@ from capgeo_callbacks.sweeps.trials import (
 )
 
 __all__ = ["ENGINES", "LOG_NAME", "RESERVED_KEYS", "TRIAL_RECORD", "FunctionTrial", "Outcome", "TrialFailed",
-           "TrialFolder", "TrialLike", "add_launch_arguments", "capability_stopper", "function_trials", "launch",
+           "Trial", "TrialLike", "add_launch_arguments", "capability_stopper", "function_trials", "launch",
            "launch_with", "no_callbacks", "outcome_line", "resolve_function", "run_state", "run_trial",
            "source_provenance", "summary_of"]
 

@@ -39,8 +39,7 @@ from capgeo_callbacks.sweeps.trials import (
     TRIAL_RECORD,
     Kind,
     State,
-    TrialFolder,
-    check_resources,
+    Trial,
     read_trial_record,
     run_state,
     source_provenance,
@@ -118,38 +117,27 @@ def import_root(function: str | TrainingFunction) -> Path | None:
 
 
 @dataclass(frozen=True)
-class FunctionTrial(TrialFolder):
-    """One call of a user's training function, with a folder of its own.
+class FunctionTrial(Trial):
+    """One call of a user's training function, with a folder of its own: ``FunctionTrial(name, function, settings,
+    logdir=...)``.
 
     Attributes:
-        name: the trial folder's name under ``logdir`` (unique within it).
         function: the training function, or ``"package.module:function"``.
         settings: the config it is called with, less ``trial_dir`` and ``resume_from`` (which it must not hold).
-        logdir: the folder the trial folder is in.
-        tags: what the caller wants to remember about it.
-        cpus: CPU cores the trial holds (also its thread count).
-        gpus: the share of a GPU it holds.
+        name, logdir, tags, cpus, gpus: as every :class:`~capgeo_callbacks.sweeps.trials.Trial`.
 
     Raises:
         ValueError: a reserved key among the settings, a name that is not one folder, or bad resources.
     """
 
-    name: str
     function: str | TrainingFunction = field(compare=False)
     settings: Mapping[str, Any] = field(hash=False)
-    logdir: Path
-    tags: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
-    cpus: float = 1.0
-    gpus: float = 0.0
     kind: ClassVar[Kind] = "function"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "logdir", Path(self.logdir).absolute())  # engines run trials from other folders
+        super().__post_init__()
         object.__setattr__(self, "settings", dict(self.settings))
-        if not self.name or self.name in (".", "..") or "/" in self.name or os.sep in self.name:
-            raise ValueError(f"a trial's name is one folder's name, got {self.name!r}")
         check_reserved(self.settings, f"trial {self.name}: setting")
-        check_resources(self.name, self.cpus, self.gpus)
 
     @property
     def import_roots(self) -> tuple[Path, ...]:
@@ -247,7 +235,8 @@ def function_trials(function: str | TrainingFunction, grid: Mapping[str, Sequenc
             raise ValueError(f"grid {key!r} has no values")
     resolve_function(function)
     points = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
-    trials = [FunctionTrial(trial_name(point), function, point, Path(logdir), tags=point, cpus=cpus, gpus=gpus)
+    trials = [FunctionTrial(trial_name(point), function, point, logdir=Path(logdir), tags=point, cpus=cpus,
+                            gpus=gpus)
               for point in points]
     names = [trial.name for trial in trials]
     repeated = sorted({name for name in names if names.count(name) > 1})

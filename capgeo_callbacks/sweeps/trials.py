@@ -9,7 +9,7 @@ Two kinds of trial, both with the folder ``LOGDIR/NAME``:
 - a *command* trial: a training command run in the trial's process that writes one ``version_*`` folder (a Lightning
   logger's) per start straight into its folder, resumes in the newest, and takes extra Lightning callbacks from the
   launcher (a capability stopper, the Tune reporter). A project defines its own command trials by following
-  :class:`TrialLike` (and :class:`TrialFolder`); the launcher imports none of its code.
+  :class:`TrialLike` (a :class:`Trial` with what it runs); the launcher imports none of its code.
 
 What the folder holds decides what a launch does with it (:func:`run_state`, the one definition every caller uses):
 
@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -78,11 +79,36 @@ class TrialLike(Protocol):
         """Run it in this process (threads already pinned, output already sent to its log); its summary."""
 
 
-class TrialFolder:
-    """A trial's folder: ``logdir / name``, and how reports name it."""
+@dataclass(frozen=True)
+class Trial:
+    """What every trial is, whatever it runs: a name, its folder (``logdir / name``) and the resources it holds. A
+    kind of trial adds what it runs after ``name`` (:class:`~capgeo_callbacks.sweeps.functions.FunctionTrial`: a
+    function and its settings; a project's command trial: its arguments); the rest are keywords.
+
+    Attributes:
+        name: the trial folder's name under ``logdir`` (one folder, unique within it).
+        logdir: the folder the trial folder is in.
+        tags: what the caller wants to remember about it (phase, variant, seed...).
+        cpus: CPU cores the trial holds (also its thread count).
+        gpus: the share of a GPU it holds (0.25: four trials share one GPU).
+
+    Raises:
+        ValueError: a name that is not one folder's, or bad resources.
+    """
 
     name: str
+    _: KW_ONLY
     logdir: Path
+    tags: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    cpus: float = 1.0
+    gpus: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "logdir", Path(self.logdir).absolute())  # engines run trials from other folders
+        if not self.name or self.name in (".", "..") or "/" in self.name or os.sep in self.name:
+            raise ValueError(f"a trial's name is one folder's name, got {self.name!r}")
+        if self.cpus <= 0 or self.gpus < 0:
+            raise ValueError(f"trial {self.name}: cpus must be > 0 and gpus >= 0, got {self.cpus}, {self.gpus}")
 
     @property
     def root(self) -> Path:
@@ -97,11 +123,6 @@ class TrialFolder:
     def import_roots(self) -> tuple[Path, ...]:
         """None beyond the current folder, which the engines put on every worker's ``PYTHONPATH``."""
         return ()
-
-
-def check_resources(name: str, cpus: float, gpus: float) -> None:
-    if cpus <= 0 or gpus < 0:
-        raise ValueError(f"trial {name}: cpus must be > 0 and gpus >= 0, got {cpus}, {gpus}")
 
 
 def run_state(run_root: Path, stop_at_step: int | None = None, stop_when_learned: bool = False,

@@ -1,5 +1,5 @@
 """The study's phases: the runs it makes through the package's launcher (``capgeo_callbacks.sweeps``), each
-resumable, each exported to ``corpus/``."""
+resumable, each exported to ``study/corpus/``."""
 
 from __future__ import annotations
 

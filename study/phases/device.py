@@ -26,7 +26,7 @@ from pathlib import Path
 from capgeo_callbacks.sweeps import ENGINES, Outcome, TrialFailed, launch, run_trial, summary_of
 from study.checkout import ROOT
 from study.phases import ablation, calibration, corpus
-from sweep import Trial as Job
+from sweep import TrainTrial as Job
 
 PLANS = {
     "calibration": lambda: calibration.variant_jobs(),
@@ -45,7 +45,7 @@ def smoke(accelerator: str, out: Path) -> bool:
     """Whether a 30-step run with every default measure works on ``accelerator`` (run here, through the trial
     function)."""
     trial = Job(accelerator, ("--task", "sort", "--difficulty", "hard", "--max-steps", "30", "--eval-points", "5",
-                              "--accelerator", accelerator, "--devices", "1"), ROOT / "runs" / "smoke")
+                              "--accelerator", accelerator, "--devices", "1"), logdir=ROOT / "runs" / "smoke")
     started = time.time()
     try:
         run_trial(trial)
@@ -96,8 +96,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if accelerator == "smoke":
         accelerator = "gpu" if smoke("gpu", args.out) else "cpu"
     gpus = 1 / args.workers if accelerator == "gpu" else 0.0  # every run shares the one GPU
-    jobs = [Job(job.name, (*job.argv, "--accelerator", accelerator, "--devices", "1"), job.logdir, job.tags,
-                gpus=gpus) for plan in args.plan for job in PLANS[plan]()]
+    jobs = [Job(job.name, (*job.argv, "--accelerator", accelerator, "--devices", "1"), logdir=job.logdir,
+                tags=job.tags, gpus=gpus) for plan in args.plan for job in PLANS[plan]()]
     print(f"{len(jobs)} jobs on {accelerator}, {args.workers} at a time, {deadline - time.time():.0f} s left",
           flush=True)
     states: dict[str, str] = {}

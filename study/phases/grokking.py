@@ -1,7 +1,7 @@
 """The registered grokking benchmark (issue 38; spec section 15): modular arithmetic trained by a user's function.
 
     python -m study.phases.grokking pilots           # the pilot grid's outcomes (examples/grokking/PILOTS.md)
-    python -m study.phases.grokking run calibration  # registered runs through the launcher -> corpus/grokking/
+    python -m study.phases.grokking run calibration  # registered runs through the launcher -> study/corpus/grokking/
     python -m study.phases.grokking fit              # fit on the calibration runs -> study/grokking_fitted.json
     python -m study.phases.grokking run heldout      # refuses to start before the fit is committed
     python -m study.record.grokking_report           # -> docs/grokking.md (readme: the README's line)
@@ -29,8 +29,9 @@ from capgeo_callbacks.rules import RunView, SurvivalForecaster
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.sweeps import FunctionTrial, launch
 from study.checkout import ROOT, require_clean_tree
-from study.phases import registered_phase_command
+from study.phases import functions, registered_phase_command
 from study.phases.corpus import CORPUS, function_summary, write_packed
+from study.phases.functions import registered_function
 from study.registrations.policy import committed, load_registered, sha256
 
 REGISTRATION = ROOT / "study" / "grokking_registration.json"
@@ -145,7 +146,7 @@ def fit(calibration: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def export(trial_dir: Path, config: Mapping[str, Any], phase: str, commit: str, digest: str) -> Path:
     """The run's summary with what the report needs (settings, phase, cost, provenance, registration) into
-    ``corpus/grokking/<phase>/<name>.json.gz``."""
+    ``study/corpus/grokking/<phase>/<name>.json.gz``."""
     summary = function_summary(trial_dir, commit)
     summary.update(name=run_name(config), phase=phase, control=bool(config["control"]),
                    registration={"path": str(REGISTRATION.relative_to(ROOT)), "sha256": digest})
@@ -165,7 +166,8 @@ def run_phase(phase: str, engine: str = "ray", workers: int = 2, path: Path = RE
                          f"commit {FITTED.relative_to(ROOT)}")
     found, digest = registration(path), sha256(path)
     todo = [config for config in configs(phase, path) if not (FOLDER / phase / f"{run_name(config)}.json.gz").exists()]
-    trials = [FunctionTrial(run_name(config), found["function"], config, RUNS / phase, tags={"phase": phase},
+    function = registered_function(functions.grokking, found["function"])
+    trials = [FunctionTrial(run_name(config), function, config, logdir=RUNS / phase, tags={"phase": phase},
                             cpus=found["threads"]) for config in todo]
     config_of = {trial.root: config for trial, config in zip(trials, todo, strict=True)}
     written: list[Path] = []

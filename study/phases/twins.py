@@ -3,9 +3,9 @@ about half the seeds acquire within the budget, so that no setting tells them ap
 layer, the probes, ILDR, the commutator defect) tell which twins will acquire, beyond the accuracy, the losses and
 the weight norm?
 
-    python -m study.phases.twins pilots run   # the pilot runs (seeds 3000 and up) -> corpus/twins/pilots/
+    python -m study.phases.twins pilots run   # the pilot runs (seeds 3000 and up) -> study/corpus/twins/pilots/
     python -m study.phases.twins pilots       # each candidate cell's pilot outcomes (docs/twins-pilots.md)
-    python -m study.phases.twins calibration run --workers 2   # the registered twins -> corpus/twins/calibration/
+    python -m study.phases.twins calibration run --workers 2   # the registered twins -> study/corpus/twins/calibration/
     python -m study.phases.twins fit                           # the calibration twins -> study/twins_fitted.json
     python -m study.phases.twins heldout run --workers 2       # refuses to start before the fit is committed
 
@@ -28,23 +28,22 @@ from typing import Any
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.sweeps import FunctionTrial, launch
 from study.checkout import ROOT, require_clean_tree
-from study.phases import registered_phase_command
+from study.phases import functions, registered_phase_command
 from study.phases import twins_registered as registered
 from study.phases.corpus import trial_summary, write_packed
 from study.phases.twins_cells import FOLDER, RUNS, cell_name
-from sweep import Trial
+from sweep import TrainTrial
 
 DOC = ROOT / "docs" / "twins-pilots.md"
 PILOT_SEEDS = tuple(range(3000, 3008))  # 8 per candidate cell; never a calibration or held-out seed
 TWIN_SHARE = (0.3, 0.7)  # a twin cell: this share of its pilot seeds acquire within the budget
-GROKKING = "examples.grokking.grokking:train"
 GROKKING_FIXED = {"p": 97, "lr": 0.001, "warmup": 10, "batch_size": 512, "dim": 128, "layers": 1, "heads": 4,
                   "stop_at": 0.99}  # as in study/grokking_registration.json
 LONG_BUDGET = 5000  # grokking pilots run this long; a cell's budget is read off them
 
 # train.py candidates (size xs, learning rate 1e-3, train.py's defaults otherwise), each budget near where the
-# committed corpus's same-setting runs acquire (corpus/who-learns, corpus/calibration: e.g. sort medium at 400
-# steps acquired on 2 of 5 seeds, reverse medium at 1500 steps between 240 and 636, mul medium at 1200 between 683
+# committed corpus's same-setting runs acquire (study/corpus/who-learns, study/corpus/calibration: e.g. sort medium at
+# 400 steps acquired on 2 of 5 seeds, reverse medium at 1500 steps between 240 and 636, mul medium at 1200 between 683
 # and 997, compare hard at 2400 on 3 of 9)
 CANDIDATES: tuple[Mapping[str, Any], ...] = (
     {"task": "sort", "difficulty": "medium", "max_steps": 450},
@@ -57,9 +56,9 @@ CANDIDATES: tuple[Mapping[str, Any], ...] = (
 )
 # Added candidates (the second round): by their first 3 pilots each, none of mul medium (700, 900), reverse medium
 # (350, 500) or compare hard (2400) is on its way to 30-70%, leaving fewer than 4 cells of capgeo's tasks. These are
-# the settings whose committed same-setting runs split nearest half (corpus/who-learns, corpus/calibration,
-# corpus/heldout; some seeds appear in two phases): mul medium at 1200 acquired on 9 of 14, reverse hard at 2400 on 14
-# of 24, sort hard at 2400 on 12 of 23, compare hard at 3200 on 10 of 18, at the budgets those runs had (the
+# the settings whose committed same-setting runs split nearest half (study/corpus/who-learns, study/corpus/calibration,
+# study/corpus/heldout; some seeds appear in two phases): mul medium at 1200 acquired on 9 of 14, reverse hard at 2400
+# on 14 of 24, sort hard at 2400 on 12 of 23, compare hard at 3200 on 10 of 18, at the budgets those runs had (the
 # learning-rate schedule is tied to the budget). At most about 1.2 CPU-hours for their 32 pilots, under the 1.5 allowed.
 ADDED_CANDIDATES: tuple[Mapping[str, Any], ...] = (
     {"task": "mul", "difficulty": "medium", "max_steps": 1200},
@@ -73,19 +72,19 @@ GROKKING_CANDIDATES: tuple[Mapping[str, Any], ...] = (
 )
 
 
-def pilot_jobs() -> list[tuple[str, Trial | FunctionTrial]]:
+def pilot_jobs() -> list[tuple[str, TrainTrial | FunctionTrial]]:
     """Every pilot run, seed by seed across the cells (a phase cut short still covers every cell)."""
-    jobs: list[tuple[str, Trial | FunctionTrial]] = []
+    jobs: list[tuple[str, TrainTrial | FunctionTrial]] = []
     for seed in PILOT_SEEDS:
         for candidate in (*CANDIDATES, *ADDED_CANDIDATES):
             name = f"{cell_name(candidate)}-s{seed}"
             argv = ("--task", candidate["task"], "--difficulty", candidate["difficulty"], "--size", "xs",
                     "--max-steps", str(candidate["max_steps"]), "--lr", "0.001", "--seed", str(seed))
-            jobs.append((name, Trial(name, argv, RUNS / "pilots", tags={"cell": cell_name(candidate)})))
+            jobs.append((name, TrainTrial(name, argv, logdir=RUNS / "pilots", tags={"cell": cell_name(candidate)})))
         for candidate in GROKKING_CANDIDATES:
             name = f"{cell_name(candidate)}-s{seed}"
             config = {**GROKKING_FIXED, **candidate, "max_steps": LONG_BUDGET, "seed": seed, "control": False}
-            jobs.append((name, FunctionTrial(name, GROKKING, config, RUNS / "pilots",
+            jobs.append((name, FunctionTrial(name, functions.grokking, config, logdir=RUNS / "pilots",
                                              tags={"cell": cell_name(candidate)})))
     return jobs
 
@@ -137,7 +136,7 @@ def run_pilots(engine: str = "ray", workers: int = 2) -> list[Path]:
     return written
 
 
-def _expected_steps(trial: Trial | FunctionTrial) -> int:
+def _expected_steps(trial: TrainTrial | FunctionTrial) -> int:
     return LONG_BUDGET if trial.kind == "function" else int(trial.args.max_steps)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from study.checkout import ROOT
 from study.phases.corpus import CORPUS
 
-FOLDER = CORPUS / "twins"  # exported summaries: corpus/twins/<phase>/<twin>.json.gz
+FOLDER = CORPUS / "twins"  # exported summaries: study/corpus/twins/<phase>/<twin>.json.gz
 RUNS = ROOT / "runs" / "twins"  # run folders: runs/twins/<phase>/<twin>/
 
 

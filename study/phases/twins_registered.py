@@ -1,9 +1,9 @@
 """The twins' registered phases (issue 44; spec section 16): the calibration twins, the fit frozen on them, the
 held-out twins, each run as the committed registration ``study/twins_registration.json`` fixes it.
 
-    python -m study.phases.twins calibration run --workers 2   # -> corpus/twins/calibration/<twin>.json.gz
+    python -m study.phases.twins calibration run --workers 2   # -> study/corpus/twins/calibration/<twin>.json.gz
     python -m study.phases.twins fit                           # every calibration twin -> study/twins_fitted.json
-    python -m study.phases.twins heldout run --workers 2       # -> corpus/twins/heldout/, once the fit is committed
+    python -m study.phases.twins heldout run --workers 2  # -> study/corpus/twins/heldout/, once the fit is committed
 
 **What the runner reads** of the registration (:data:`READS`), and nothing else of it; the rest is the analysis', in
 words there and in :mod:`study.phases.twins_analysis` at the registration's commit:
@@ -30,7 +30,7 @@ held-out phase before the fit is committed, or with a fit made on other calibrat
 
 **Order and record.** Seed by seed across the cells, the controls spread evenly among the seeds (:func:`interleaved`):
 a phase cut short covers every cell, controls included. Every run from a clean tree at one commit, one thread; each
-exported as it finishes to ``corpus/twins/<phase>/<twin>.json.gz``, refused unless it names that commit with
+exported as it finishes to ``study/corpus/twins/<phase>/<twin>.json.gz``, refused unless it names that commit with
 ``uncommitted_changes: false`` and the registered overhead setting, with its CPU seconds, capgeo's measured share
 (the summary's ``overhead``) and the registration's path and sha256. A launch resumes its phase: exported twins are
 skipped, and a finished one not yet exported is exported first.
@@ -38,7 +38,7 @@ skipped, and a finished one not yet exported is exported first.
 
 from __future__ import annotations
 
-import importlib
+import inspect
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -47,21 +47,23 @@ from typing import Any, TypeVar
 
 from capgeo_callbacks import CommutatorDefectMonitor, EvaluationSchedule
 from capgeo_callbacks.run.schedule import evaluation_steps
-from capgeo_callbacks.sweeps import FunctionTrial, launch
+from capgeo_callbacks.sweeps import FunctionTrial, launch, resolve_function
 from capgeo_callbacks.sweeps.trials import read_trial_record
 from study.checkout import ROOT, require_clean_tree
+from study.phases import functions
 from study.phases import twins_analysis as analysis
 from study.phases.corpus import trial_summary, write_packed
+from study.phases.functions import registered_function
 from study.phases.twins_cells import FOLDER, RUNS, cell_name, family
 from study.registrations.policy import committed, load_registered, registered_before, sha256
-from sweep import Trial
+from sweep import TrainTrial
 
 REGISTRATION, FITTED = analysis.REGISTRATION, analysis.FITTED
 PHASES = ("calibration", "heldout")
 READS = ("cells", "train.py", "grokking", "seeds", "overhead_budget", "threads")
 MARKERS = ("TEMPLATE", "DRAFT")  # a file holding one of these keys is not a registration
 MIN_DEFECT_VALUES = 8  # commutator defect values every twin records before the primary landmark
-Twin = Trial | FunctionTrial
+Twin = TrainTrial | FunctionTrial
 T = TypeVar("T")
 
 
@@ -119,9 +121,10 @@ def twin(found: Mapping[str, Any], cell: Mapping[str, Any], seed: int, control: 
     if cell["family"] == "tasks":
         argv = (*map(str, cell["argv"]), *map(str, found["train.py"]["argv"]), "--overhead-budget",
                 str(found["overhead_budget"]), "--seed", str(seed), *(("--shuffle-answers",) if control else ()))
-        return Trial(name, argv, folder, tags, cpus=found["threads"])
+        return TrainTrial(name, argv, logdir=folder, tags=tags, cpus=found["threads"])
     config = {**found["grokking"]["fixed"], **cell["config"], "seed": seed, "control": control}
-    return FunctionTrial(name, found["grokking"]["function"], config, folder, tags, cpus=found["threads"])
+    function = registered_function(functions.grokking, found["grokking"]["function"])
+    return FunctionTrial(name, function, config, logdir=folder, tags=tags, cpus=found["threads"])
 
 
 def defect_values(budget: int, points: int, schedule: str, every: int, share: float = analysis.PRIMARY) -> int:
@@ -134,7 +137,7 @@ def defect_values(budget: int, points: int, schedule: str, every: int, share: fl
 def measuring(trial: Twin) -> tuple[str, int, int, str, int | None]:
     """What a twin's code will do, read from it before it runs: its cell's name for its settings, its budget, its
     evaluation points and schedule, and its commutator defect's cadence (None: not measured)."""
-    if isinstance(trial, Trial):
+    if isinstance(trial, TrainTrial):
         import train
 
         try:
@@ -144,7 +147,7 @@ def measuring(trial: Twin) -> tuple[str, int, int, str, int | None]:
         callbacks = train.build_measure_callbacks(args.measure_names, run_info={}, answer_len=1)
         name = cell_name({"task": args.task, "difficulty": args.difficulty, "max_steps": args.max_steps})
         return name, args.max_steps, args.eval_points, args.eval_schedule, _cadence(callbacks)
-    module = importlib.import_module(str(trial.function).split(":")[0])
+    module = inspect.getmodule(resolve_function(trial.function))  # the example the function is defined in
     try:
         settings = module.Settings.from_config(trial.settings)
     except ValueError as err:
@@ -196,7 +199,7 @@ def target(trial: Twin, folder: Path | None = None) -> Path:
 
 
 def export(trial: Twin, found: Mapping[str, Any], path: Path, commit: str, folder: Path | None = None) -> Path:
-    """A finished twin's summary, bound to the registration, into ``corpus/twins/<phase>/``; refused (SystemExit)
+    """A finished twin's summary, bound to the registration, into ``study/corpus/twins/<phase>/``; refused (SystemExit)
     unless it was made from the clean tree at ``commit`` under the registered overhead setting."""
     summary = trial_summary(trial, commit)
     if summary is None:

@@ -1,7 +1,7 @@
 """The registered test of who will learn (issue 37; spec section 14): does capgeo tell, live, which runs will acquire
 within their budget, and when?
 
-    python -m study.phases.who_learns run calibration  # registered train.py runs (launcher) -> corpus/who-learns/
+    python -m study.phases.who_learns run calibration  # registered train.py runs (launcher) -> study/corpus/who-learns/
     python -m study.phases.who_learns fit              # fit on the calibration runs -> study/who_learns_fitted.json
     python -m study.phases.who_learns run heldout      # refuses to start before the fit is committed
     python -m study.phases.who_learns pilots           # the pilots' outcomes (docs/who-learns-pilots.md)
@@ -29,7 +29,7 @@ from study.checkout import ROOT, require_clean_tree
 from study.phases import registered_phase_command
 from study.phases.corpus import CORPUS, write_packed
 from study.registrations.policy import committed, load_registered
-from sweep import Trial
+from sweep import TrainTrial
 
 REGISTRATION = ROOT / "study" / "who_learns_registration.json"
 FITTED = ROOT / "study" / "who_learns_fitted.json"
@@ -92,8 +92,8 @@ def run_phase(phase: str, engine: str = "ray", workers: int = 2, path: Path = RE
         raise SystemExit("the held-out runs start after the calibration fit: python -m study.phases.who_learns fit, "
                          f"commit {FITTED.relative_to(ROOT)}")
     todo = [job for job in jobs(phase, path) if not (FOLDER / phase / f"{job['name']}.json.gz").exists()]
-    trials = [Trial(job["name"], tuple(job["argv"]), RUNS / phase, tags={"phase": phase, **job},
-                    cpus=registration(path)["threads"]) for job in todo]
+    trials = [TrainTrial(job["name"], tuple(job["argv"]), logdir=RUNS / phase, tags={"phase": phase, **job},
+                         cpus=registration(path)["threads"]) for job in todo]
     named = {trial.root: job for trial, job in zip(trials, todo, strict=True)}
     written: list[Path] = []
 

@@ -1,7 +1,7 @@
 """The study's claims, tested on a folder of runs
 ===============================================
 
-    python -m study.record.claims corpus/hard --out docs/claims
+    python -m study.record.claims study/corpus/hard --out docs/claims
 
 Each claim of the study (arXiv 2602.15997) is restated as a count over the runs that can test it, with n and
 an interval, and a verdict by a rule fixed in this module before the runs it is applied to are counted
@@ -364,7 +364,7 @@ def rerun_notes(records: Sequence[RunRecord]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> list[Claim]:
     parser = argparse.ArgumentParser(prog="python -m study.record.claims", description=__doc__.split("\n")[3])
-    parser.add_argument("runs_dirs", nargs="*", help="folders of runs (e.g. corpus/hard corpus/levels corpus/s)")
+    parser.add_argument("runs_dirs", nargs="*", help="folders of runs (e.g. study/corpus/hard study/corpus/levels)")
     parser.add_argument("--out", help="write claims.md into this folder")
     parser.add_argument("--rule", action="store_true", help="print the verdict rule only")
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """docs/grokking.md: the registered grokking benchmark scored as registered
 (``python -m study.record.grokking_report``).
 
-Every figure is computed here from the committed summaries (``corpus/grokking``) and what was fitted on the
+Every figure is computed here from the committed summaries (``study/corpus/grokking``) and what was fitted on the
 calibration runs before the held-out runs started (``study/grokking_fitted.json``); the page says which targets
 were met and by how much the others were missed.
 """

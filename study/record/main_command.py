@@ -22,11 +22,11 @@ from typing import Any
 
 from capgeo_callbacks.keys import RANKME_RECOVERY, rule_name
 from capgeo_callbacks.run.summary import read_summary
-from study.checkout import ROOT
+from study.checkout import CORPUS, ROOT
 
 SUMMARY = ROOT / "docs" / "main-command" / "capgeo_summary.json.gz"
 CONDITIONS = SUMMARY.with_name("conditions.json")
-FRESH = ROOT / "corpus" / "fresh"
+FRESH = CORPUS / "fresh"
 
 
 def first_alert_step(summary: dict[str, Any], rule: str) -> int | None:

@@ -32,7 +32,7 @@ from capgeo_callbacks.scoring.operating import (
 )
 from capgeo_callbacks.scoring.paired import Difference, paired_difference
 from capgeo_callbacks.scoring.scores import bootstrap_median, error_text, warning_scores, warning_table
-from study.checkout import ROOT
+from study.checkout import ROOT, history_paths
 
 GAP = "val/loss - train/loss"  # the train-validation loss gap, derived from the two recorded losses
 TIE = 0.005  # AUROCs closer than this (both printed to two places) are a tie
@@ -78,8 +78,8 @@ def partial_note(made: int, registered: int) -> list[str]:
 def commits_table(folder: Path, summaries: Sequence[Mapping[str, Any]]) -> str:
     """Which runs each commit added to ``folder`` (git's history of the files), with the code they ran."""
     log = subprocess.run(["git", "log", "--diff-filter=A", "--format=@%h %ad", "--date=short", "--name-only", "--",
-                          str(folder.relative_to(ROOT))], cwd=ROOT, capture_output=True, text=True, check=False,
-                         timeout=60).stdout
+                          *history_paths(folder)], cwd=ROOT, capture_output=True, text=True, check=False,
+                         timeout=60).stdout  # newest first: a run's first commit, under its former path, is read last
     added: dict[str, str] = {}
     commit = ""
     for line in log.splitlines():

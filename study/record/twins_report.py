@@ -1,10 +1,11 @@
 """docs/twins.md: what the geometry adds, decided on twins by the registered rule (``python -m
 study.record.twins_report``; issue 44, spec section 16).
 
-Every figure is computed here from the committed summaries (``corpus/twins/calibration``, ``corpus/twins/heldout``)
-and the fit frozen on the calibration twins before the first held-out twin (``study/twins_fitted.json``); the
-analysis is :mod:`study.phases.twins_analysis`, the runs :mod:`study.phases.twins_registered`. Before any twin has
-run the page says what is registered (or that nothing is yet), and no result.
+Every figure is computed here from the committed summaries (``study/corpus/twins/calibration``,
+``study/corpus/twins/heldout``) and the fit frozen on the calibration twins before the first held-out twin
+(``study/twins_fitted.json``); the analysis is :mod:`study.phases.twins_analysis`, the runs
+:mod:`study.phases.twins_registered`. Before any twin has run the page says what is registered (or that nothing is
+yet), and no result.
 """
 
 from __future__ import annotations

@@ -1,20 +1,19 @@
 """The forecast a user without calibration gets: capgeo's default forecaster (``acc-trend``, from the monitored
 accuracy alone) beside what such a user would compare it with, on capgeo's corpus and on the gallery's runs.
 
-    python -m study.record.user_forecast gallery   # run the gallery examples once -> corpus/gallery/<example>.json.gz
-    python -m study.record.user_forecast spread    # acc-trend's interval spread, from corpus/calibration
-    python -m study.record.user_forecast report    # -> docs/user-forecast.md (with corpus/heldout, scored after it)
+    python -m study.record.user_forecast gallery   # the gallery examples once -> study/corpus/gallery/<example>.json.gz
+    python -m study.record.user_forecast spread    # acc-trend's interval spread, from study/corpus/calibration
+    python -m study.record.user_forecast report    # -> docs/user-forecast.md (with study/corpus/heldout, scored last)
     python -m study.record.user_forecast readme    # the README's "When" line: acc-trend on the registered runs
 
-The default was chosen on ``corpus/calibration`` and the gallery's runs, and its interval spread
-(:data:`~capgeo_callbacks.rules.trend.TREND_SPREAD`) read off ``corpus/calibration`` alone; the other sets are
+The default was chosen on ``study/corpus/calibration`` and the gallery's runs, and its interval spread
+(:data:`~capgeo_callbacks.rules.trend.TREND_SPREAD`) read off ``study/corpus/calibration`` alone; the other sets are
 reported as they come. Never on ``examples/new_tasks`` (the held-out test of issue 29).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import tempfile
 import time
@@ -28,32 +27,34 @@ from capgeo_callbacks.rules.trend import TrendForecaster
 from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring import ScoredRun, forecast_scores, forecast_table, load_runs
 from capgeo_callbacks.scoring.scores import Rate, error_text, scored_run
+from examples import hugging_face_gpt2, lightning_demo_transformer, own_model, vision_encoder
 from study.checkout import ROOT
 from study.phases.corpus import CORPUS, made_on, unrecorded, write_packed
 
 GALLERY = CORPUS / "gallery"
 DOC = ROOT / "docs" / "user-forecast.md"
-# the examples as their tests run them: (name, module, main's keyword arguments)
-EXAMPLES = (("own_model", "examples.own_model", {}),
-            ("lightning_demo_transformer", "examples.lightning_demo_transformer", {}),
-            ("hugging_face_gpt2-lightning", "examples.hugging_face_gpt2", {"framework": "lightning"}),
-            ("hugging_face_gpt2-transformers", "examples.hugging_face_gpt2", {"framework": "transformers"}),
-            ("vision_encoder", "examples.vision_encoder", {}))
+# the examples as their tests run them: (name, the example's main, its keyword arguments)
+EXAMPLES = (("own_model", own_model.main, {}),
+            ("lightning_demo_transformer", lightning_demo_transformer.main, {}),
+            ("hugging_face_gpt2-lightning", hugging_face_gpt2.main, {"framework": "lightning"}),
+            ("hugging_face_gpt2-transformers", hugging_face_gpt2.main, {"framework": "transformers"}),
+            ("vision_encoder", vision_encoder.main, {}))
 SETS = ("calibration", "ablation", "levels", "fresh", "controls")
 FORECASTERS = ("acc-trend", "acc-last", "acc-linear", "curve-families", "loss-threshold")
 SHARES = (0.25, 0.5, 0.75)
 
 
 def run_gallery() -> list[Path]:
-    """Each gallery example trained once as its test trains it; its summary packed into corpus/gallery, with where it
-    ran and the CPU seconds it took (the examples' trainers choose their accelerator: the GPU where there is one)."""
+    """Each gallery example trained once as its test trains it; its summary packed into study/corpus/gallery, with
+    where it ran and the CPU seconds it took (the examples' trainers choose their accelerator: the GPU where there is
+    one)."""
     import torch
 
     written = []
-    for name, module, options in EXAMPLES:
+    for name, main, options in EXAMPLES:
         with tempfile.TemporaryDirectory() as root:
             started = time.process_time()
-            folder = importlib.import_module(module).main(root=root, **options)
+            folder = main(root=root, **options)
             summary = {**read_summary(folder), "cpu_seconds": round(time.process_time() - started, 1),
                        "threads": torch.get_num_threads(),
                        **made_on("cuda:0" if torch.cuda.is_available() else "cpu")}
@@ -180,19 +181,19 @@ def report() -> str:
              "(`capgeo_callbacks.rules.TrendForecaster`), beside persistence (`acc-last`), a straight line through "
              "the accuracy (`acc-linear`), Domhan et al.'s curve families (`curve-families`) and the loss extrapolated "
              "to `-log(0.5)` per token (`loss-threshold`, Du et al.'s threshold without calibration).", "",
-             "Chosen on `corpus/calibration` and the gallery's runs (`corpus/gallery`, "
-             "`python -m study.record.user_forecast gallery`); the interval's spread read off `corpus/calibration` "
-             "alone "
+             "Chosen on `study/corpus/calibration` and the gallery's runs (`study/corpus/gallery`, "
+             "`python -m study.record.user_forecast gallery`); the interval's spread read off "
+             "`study/corpus/calibration` alone "
              f"(`python -m study.record.user_forecast spread`: [{low}, {high}] from {count} forecasts; the library's "
              f"`TREND_SPREAD` is {tuple(TrendForecaster().spread)}). The other corpus sets were not looked at "
-             "while choosing; `corpus/heldout` once, after the choice was frozen (below). Error: "
+             "while choosing; `study/corpus/heldout` once, after the choice was frozen (below). Error: "
              "|predicted - actual| / actual at a share of each acquired run's time to acquisition; 'none' where it "
              "made no forecast there (a missing "
              "forecast counts as an infinite error in the median).", "",
              "## The gallery", "", *gallery_lines(gallery_runs()), "", gallery_provenance(), "",
              "## By set", "", *section("gallery", gallery_runs(), rules)]
     for name in SETS:
-        lines += section(f"corpus/{name}", load_runs(CORPUS / name), rules)
+        lines += section(f"study/corpus/{name}", load_runs(CORPUS / name), rules)
     return "\n".join([*lines, heldout()]) + "\n"
 
 
@@ -234,10 +235,10 @@ def readme_sentence() -> str:
 def heldout() -> str:
     rules = [make_rule(name) for name in FORECASTERS]
     runs = heldout_runs()
-    return "\n".join(["## Once, after the choice: corpus/heldout", "",
+    return "\n".join(["## Once, after the choice: study/corpus/heldout", "",
                       "The 36 held-out runs of the study's registered test (seeds 100-102), scored with the default "
                       "as frozen above (`python -m study.record.user_forecast heldout`).", "",
-                      *section("corpus/heldout", runs, rules)])
+                      *section("study/corpus/heldout", runs, rules)])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -249,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(path)
     elif args.command == "spread":
         low, high, count = spread()
-        print(f"acc-trend log(actual / predicted time to go) on corpus/calibration, shares {SHARES}: "
+        print(f"acc-trend log(actual / predicted time to go) on study/corpus/calibration, shares {SHARES}: "
               f"10th percentile {low}, 90th {high} (rounded out), from {count} forecasts")
     elif args.command == "report":
         DOC.write_text(report())

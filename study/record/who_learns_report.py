@@ -1,7 +1,7 @@
 """docs/who-learns.md: the registered test of who will learn, scored as registered (``python -m
 study.record.who_learns_report``).
 
-Every figure is computed here from the committed summaries (``corpus/who-learns``) and from what was fitted on the
+Every figure is computed here from the committed summaries (``study/corpus/who-learns``) and from what was fitted on the
 calibration runs before the held-out runs started (``study/who_learns_fitted.json``); the baselines are mapped to
 probabilities on the calibration runs here, deterministically. The page says which targets were met and by how much
 the others were missed.

@@ -22,7 +22,7 @@ from capgeo_callbacks.rules import ClockForecaster, RunView, StoppingPolicy, def
 from capgeo_callbacks.scoring import load_runs
 from tests.examples.helpers import load_example
 
-CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "study" / "corpus"
 CHANCE = Chance(exact=0.01, token_acc=0.1, logprob=-2.3, logprob_sd=0.5, tokens=4096, questions=512).to_dict()
 
 

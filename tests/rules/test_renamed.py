@@ -19,7 +19,7 @@ from capgeo_callbacks.run.summary import read_summary
 from capgeo_callbacks.scoring.leads import grid_of
 from capgeo_callbacks.scoring.scores import scored_run, warning_scores
 
-CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "study" / "corpus"
 # committed summaries that recorded the rule live as "study": runs that acquire, one that never does, a control
 COMMITTED = ["who-learns/heldout/reverse-full-s208.json.gz", "who-learns/heldout/mul-full-s208.json.gz",
              "who-learns/heldout/mul-control-s200.json.gz", "heldout/add-hard-xs-s100.json.gz",

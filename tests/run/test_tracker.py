@@ -98,7 +98,7 @@ def test_bad_tracker_input() -> None:
 
 def test_a_committed_corpus_run_replays_through_the_tracker() -> None:
     """Offline: a finished run fed again evaluation by evaluation gives the summary's own alerts."""
-    summary = read_summary("corpus/hard/sort-hard-xs-s0.json.gz")
+    summary = read_summary("study/corpus/hard/sort-hard-xs-s0.json.gz")
     series = summary["series"]
     tracker = RunTracker(settings=DetectionSettings.from_dict(summary["settings"]), run_info=summary)
     measured = {tag: points_ for tag, points_ in series.items() if tag.startswith(("rankme/", "probe_acc/"))}

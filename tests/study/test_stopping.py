@@ -15,7 +15,7 @@ pytest.importorskip("ray")
 
 def test_schedulers_stop_only_after_the_grace_period_and_the_stopper_replays_its_own_decision() -> None:
     settings = json.loads(stopping.SETTINGS.read_text())
-    runs = load_runs(stopping.ROOT / "corpus" / "heldout")
+    runs = load_runs(stopping.CORPUS / "heldout")
     assert len(runs) == 36
     for make in (stopping.asha(settings), stopping.median_stopping(settings)):
         stops = stopping.replay_scheduler(runs, make)

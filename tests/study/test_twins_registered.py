@@ -18,7 +18,7 @@ from study.phases import twins_analysis as analysis
 from study.phases import twins_registered as runner
 from study.phases.corpus import write_packed
 from study.registrations import policy
-from sweep import Trial
+from sweep import TrainTrial
 
 DRAFT = runner.ROOT / "study" / "twins_registration_draft.json"
 CELLS = [
@@ -75,7 +75,7 @@ def test_a_phase_runs_seed_by_seed_with_the_controls_interleaved(tmp_path: Path)
     assert [i for i, job in enumerate(heldout[::3]) if job.tags["control"]] == [6, 19]  # after the 6th and the 18th
     assert {job.tags["seed"] for job in heldout}.isdisjoint({job.tags["seed"] for job in calibration})
     sort, compare, grok = calibration[:3]
-    assert isinstance(sort, Trial) and sort.name == "sort-medium-b450-s3100"
+    assert isinstance(sort, TrainTrial) and sort.name == "sort-medium-b450-s3100"
     assert sort.root.parent == tmp_path / "runs" / "calibration"
     args = sort.args  # train.py's own reading of the arguments
     assert (args.task, args.difficulty, args.size, args.max_steps, args.lr, args.seed) == ("sort", "medium", "xs", 450,

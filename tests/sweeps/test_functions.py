@@ -86,7 +86,7 @@ def test_bad_input_is_named_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="grid key 'trial_dir' is reserved: the launcher sets config"):
         function_trials(fn, {"trial_dir": ["x"], "seed": [0]}, tmp_path)
     with pytest.raises(ValueError, match="setting 'resume_from' is reserved"):
-        FunctionTrial("t", fn, {"resume_from": "x"}, tmp_path)
+        FunctionTrial("t", fn, {"resume_from": "x"}, logdir=tmp_path)
     with pytest.raises(ValueError, match="named 'package.module:function', got 'examples.sweep_function.train'"):
         function_trials("examples.sweep_function.train", {"seed": [0]}, tmp_path)
     with pytest.raises(ValueError, match="cannot import 'examples.no_such_module'"):
@@ -107,7 +107,7 @@ def test_bad_input_is_named_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="a training function builds its own Trainer"):
         launch(trials, callbacks=lambda trial: [])
     with pytest.raises(ValueError, match="cannot import"):  # a trial built by hand is checked at launch
-        launch([FunctionTrial("t", "examples.no_such_module:train", {}, tmp_path)])
+        launch([FunctionTrial("t", "examples.no_such_module:train", {}, logdir=tmp_path)])
     assert not any(tmp_path.iterdir())
 
 
@@ -160,7 +160,7 @@ def test_a_grid_of_a_function_runs_on_a_local_ray_and_a_second_call_skips_it(loc
 @pytest.mark.slow
 def test_a_killed_function_trial_resumes_at_its_checkpoint(local_ray: None, tmp_path: Path) -> None:
     point = {"lr": 0.004, "seed": 0, "max_steps": STEPS}
-    killed = FunctionTrial("killed", die_after_a_checkpoint, point, tmp_path)
+    killed = FunctionTrial("killed", die_after_a_checkpoint, point, logdir=tmp_path)
     [first] = launch([killed], engine="ray", storage=tmp_path / ".engine")
     assert first.action in ("failed", "not finished")
     assert run_state(killed.root, function=True) == ("resume", "checkpoints/last.ckpt")
@@ -168,8 +168,8 @@ def test_a_killed_function_trial_resumes_at_its_checkpoint(local_ray: None, tmp_
     assert DIE_FROM <= saved_at < STEPS
     assert summary_of(killed) is None  # no summary: it died mid-run
 
-    resumed, unbroken = (FunctionTrial("killed", train, point, tmp_path),
-                         FunctionTrial("unbroken", train, point, tmp_path))
+    resumed, unbroken = (FunctionTrial("killed", train, point, logdir=tmp_path),
+                         FunctionTrial("unbroken", train, point, logdir=tmp_path))
     second = launch([resumed, unbroken], engine="ray", jobs=2, storage=tmp_path / ".engine")
     assert [o.action for o in second] == ["resumed", "done"], [o.message for o in second]
     record = read_trial_record(resumed.root)

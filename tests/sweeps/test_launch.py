@@ -1,4 +1,4 @@
-"""The launcher on its real engines, with tiny train.py runs (the bench's command trials, sweep.Trial): a local Ray
+"""The launcher on its real engines, with tiny train.py runs (the bench's command trials, sweep.TrainTrial): a local Ray
 (2 CPUs, one for the folder: conftest) runs a 2 x 2 grid and skips it on a second call; a trial killed mid-run
 resumes from its checkpoint while a crashing one is reported and the others go on; submitit's local executor runs a
 grid; bad input is a clear message."""
@@ -19,18 +19,18 @@ from capgeo_callbacks.run.schedule import evaluation_steps
 from capgeo_callbacks.run.summary import SUMMARY_FILENAME
 from capgeo_callbacks.sweeps import LOG_NAME, launch, run_state
 from capgeo_callbacks.sweeps.engines import start_ray
-from sweep import Trial
+from sweep import TrainTrial
 
 pytestmark = pytest.mark.slow
 
 TINY = ("--difficulty", "easy", "--max-steps", "6", "--eval-points", "3", "--measures", "none")
 
 
-def tiny(logdir: Path, task: str, seed: int, *extra: str) -> Trial:
-    return Trial(f"{task}-s{seed}", ("--task", task, *TINY, "--seed", str(seed), *extra), logdir)
+def tiny(logdir: Path, task: str, seed: int, *extra: str) -> TrainTrial:
+    return TrainTrial(f"{task}-s{seed}", ("--task", task, *TINY, "--seed", str(seed), *extra), logdir=logdir)
 
 
-def summary(trial: Trial) -> dict[str, Any]:
+def summary(trial: TrainTrial) -> dict[str, Any]:
     [path] = trial.root.glob(f"version_*/{SUMMARY_FILENAME}")
     return json.loads(path.read_text())
 
@@ -69,7 +69,7 @@ def test_a_killed_trial_resumes_and_a_crashing_one_fails_alone(local_ray: None, 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
             raise RuntimeError("a bug in this run")
 
-    def sabotage(trial: Trial) -> Sequence[Callback]:
+    def sabotage(trial: TrainTrial) -> Sequence[Callback]:
         return {killed.name: [KillAfterCheckpoint()], crashing.name: [Crash()]}.get(trial.name, [])
 
     first = {o.trial.name: o for o in launch([killed, crashing, plain], engine="ray", jobs=2, callbacks=sabotage)}
@@ -101,9 +101,9 @@ def test_bad_input_is_named_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown engine 'spark'; valid: ray, submitit"):
         launch([tiny(tmp_path, "copy", 0)], engine="spark")
     with pytest.raises(ValueError, match="train.py rejected .*--max-steps must be at least 1"):
-        launch([Trial("bad", ("--task", "copy", "--max-steps", "0"), tmp_path)])
+        launch([TrainTrial("bad", ("--task", "copy", "--max-steps", "0"), logdir=tmp_path)])
     with pytest.raises(ValueError, match="must not set --resume"):
-        Trial("bad", ("--task", "copy", "--resume"), tmp_path)
+        TrainTrial("bad", ("--task", "copy", "--resume"), logdir=tmp_path)
     with pytest.raises(ValueError, match="folders must be unique"):
         launch([tiny(tmp_path, "copy", 0), tiny(tmp_path, "copy", 0)])
     with pytest.raises(SystemExit, match="cannot reach a Ray cluster at --address 127.0.0.1:9"):
@@ -115,8 +115,8 @@ def test_a_run_the_capability_stopper_ended_is_finished(tmp_path: Path) -> None:
     from capgeo_callbacks.callbacks.capability_stopper import CapabilityStopper
     from capgeo_callbacks.sweeps import run_trial
 
-    shuffled = Trial("shuffled", ("--task", "copy", "--difficulty", "easy", "--max-steps", "200", "--eval-points",
-                                  "40", "--measures", "none", "--shuffle-answers"), tmp_path)
+    shuffled = TrainTrial("shuffled", ("--task", "copy", "--difficulty", "easy", "--max-steps", "200", "--eval-points",
+                                  "40", "--measures", "none", "--shuffle-answers"), logdir=tmp_path)
     result = run_trial(shuffled, callbacks=[CapabilityStopper()])
     stopped = summary(shuffled)["stopped"]
     assert result["action"] == "done" and stopped["by"] == "CapabilityStopper" and stopped["step"] == 50
