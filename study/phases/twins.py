@@ -20,6 +20,7 @@ before any calibration twin; :mod:`study.phases.twins_registered` runs its phase
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -140,26 +141,60 @@ def _expected_steps(trial: TrainTrial | FunctionTrial) -> int:
     return LONG_BUDGET if trial.kind == "function" else int(trial.args.max_steps)
 
 
+def grokking_budget(steps: Sequence[int | None]) -> int | None:
+    """A grokking cell's budget: the first step by which half its long pilots had grokked (the lower median
+    grokking step, a pilot that never grokked counted as later than any); None when fewer than half grokked."""
+    median = statistics.median_low(math.inf if step is None else step for step in steps) if steps else math.inf
+    return None if math.isinf(median) else int(median)
+
+
+def twin_share(steps: Sequence[int | None]) -> bool:
+    """Whether a train.py cell's pilots put it in 30-70%: the share acquired within the budget, over all
+    :data:`PILOT_SEEDS` (a cell is a twin cell only once every pilot has run)."""
+    acquired = sum(step is not None for step in steps)
+    return len(steps) == len(PILOT_SEEDS) and TWIN_SHARE[0] <= acquired / len(steps) <= TWIN_SHARE[1]
+
+
+def twin_cells(folder: Path = FOLDER / "pilots") -> list[dict[str, Any]]:
+    """The cells the pilots choose, as the registration lists them: each train.py candidate whose pilots are a
+    twin share (:func:`twin_share`), with its own arguments, and each grokking candidate with its budget read off
+    its long pilots (:func:`grokking_budget`), with its own configuration."""
+    outcomes, cells = pilot_outcomes(folder), []
+    for candidate in (*CANDIDATES, *ADDED_CANDIDATES):
+        if twin_share(outcomes.get(cell_name(candidate), [])):
+            cells.append({"cell": cell_name(candidate), "family": "tasks",
+                          "argv": ["--task", candidate["task"], "--difficulty", candidate["difficulty"],
+                                   "--max-steps", str(candidate["max_steps"])]})
+    for candidate in GROKKING_CANDIDATES:
+        steps = outcomes.get(cell_name(candidate), [])
+        budget = grokking_budget(steps) if len(steps) == len(PILOT_SEEDS) else None
+        if budget is not None:
+            cells.append({"cell": cell_name(candidate), "family": "grokking",
+                          "config": {**candidate, "max_steps": budget}})
+    return cells
+
+
 def pilots_table(folder: Path = FOLDER / "pilots") -> str:
     """Per candidate cell: its pilots' acquisition steps, the share acquired within the budget, and whether it is a
-    twin cell; for grokking cells, the budget at which half the pilots had grokked (the median grokking step)."""
+    twin cell; for grokking cells, the first step by which half its pilots had grokked (:func:`grokking_budget`)."""
     cells = pilot_outcomes(folder)
     lines = ["| cell | pilots | acquisition steps (-: not within the budget) | acquired | twin cell (30-70%) |",
              "| --- | ---: | --- | --- | --- |"]
     for cell, steps in cells.items():
         acquired = sum(step is not None for step in steps)
         shown = ", ".join("-" if step is None else str(step) for step in steps)
+        waiting = f" so far ({len(steps)} of {len(PILOT_SEEDS)} pilots)" if len(steps) < len(PILOT_SEEDS) else ""
         if cell.startswith("grok-"):
-            grokked = [step for step in steps if step is not None]
-            budget = statistics.median(grokked) if grokked else None
-            verdict = "-" if budget is None else f"budget {budget:.0f} (the median grokking step)"
+            budget = grokking_budget(steps)
+            verdict = "-" if budget is None else f"budget {budget} (half grokked by then){waiting}"
             lines.append(f"| {cell} | {len(steps)} | {shown} | {acquired} of {len(steps)} within {LONG_BUDGET} | "
                          f"{verdict} |")
             continue
         share = acquired / len(steps)
-        twin = "yes" if TWIN_SHARE[0] <= share <= TWIN_SHARE[1] else "no"
-        if twin == "no" and len(steps) < len(PILOT_SEEDS) and decided(steps):
-            twin = "no (decided: its other pilots not run)"
+        if decided(steps) and not twin_share(steps):
+            twin = "no" if len(steps) == len(PILOT_SEEDS) else "no (decided: its other pilots not run)"
+        else:
+            twin = "yes" if twin_share(steps) else f"open{waiting}"
         lines.append(f"| {cell} | {len(steps)} | {shown} | {acquired} of {len(steps)} ({share:.0%}) | {twin} |")
     return "\n".join(lines)
 
