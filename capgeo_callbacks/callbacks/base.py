@@ -86,13 +86,8 @@ class GradientMeasureCallback(GradientMeasure, ModelMeasureCallback):
     fetches it for the first step (:class:`~capgeo_callbacks.EvaluationSchedule` hands it over before step 0's
     validation).
 
-    Args:
-        loss_fn: ``loss_fn(output, batch) -> scalar`` mean loss of a batch; default
-            :func:`~capgeo_callbacks.capture.batches.answer_cross_entropy`, which needs capgeo's dict batches.
-        forward: ``forward(module, batch) -> output``; default
-            :func:`~capgeo_callbacks.capture.batches.default_forward`.
-        num_examples: size of the fixed batch.
-        every_n_evals: measure at every n-th validation.
+    Its arguments (``loss_fn``, ``forward``, ``num_examples``, ``every_n_evals``: here every n-th validation) are
+    :class:`~capgeo_callbacks.engine.GradientMeasure`'s.
     """
 
     @override
