@@ -5,7 +5,8 @@
 
 ``run`` runs each command once, in turn, from the checkout (a quiet machine: nothing else in flight; a loaded one
 doubles the time), and records pytest's own closing line (its counts and its seconds) with the commit and the
-machine given; ``line`` prints the README's sentence from that record, beside each target. Each time is pytest's
+machine given; ``line`` prints the README's sentence from that record, beside each target (the commit stays in
+the record: a user page names none). Each time is pytest's
 own, not the interpreter's start.
 """
 
@@ -64,7 +65,7 @@ def line(found: dict[str, Any]) -> str:
         failures = f", {failed[1]} failed" if failed else ""
         parts.append(f"{name} {tier['seconds']:.0f} s of pytest ({run_count(tier['closing']):,} tests{failures}; "
                      f"{within} its target of {tier['target']} s)")
-    return (f"Timed alone on a {found['machine']} (nothing else in flight, at `{found['commit']}`): "
+    return (f"Timed alone on a {found['machine']} (nothing else in flight): "
             + ", ".join(parts) + ".")
 
 

@@ -22,6 +22,6 @@ def test_the_sentence_says_each_tier_within_or_over_its_target_with_its_failures
     found = {"machine": "2-core CPU", "commit": "abc1234", "tiers": {
         "the whole suite": {"closing": "1 failed, 99 passed", "seconds": 370.6, "target": 360},
         "the quick tier": {"closing": "80 passed", "seconds": 60.2, "target": 90}}}
-    assert line(found) == ("Timed alone on a 2-core CPU (nothing else in flight, at `abc1234`): the whole suite 371 s "
-                           "of pytest (100 tests, 1 failed; over its target of 360 s), the quick tier 60 s of pytest "
+    assert line(found) == ("Timed alone on a 2-core CPU (nothing else in flight): the whole suite 371 s of pytest "
+                           "(100 tests, 1 failed; over its target of 360 s), the quick tier 60 s of pytest "
                            "(80 tests; within its target of 90 s).")
