@@ -168,9 +168,10 @@ class CommutatorRiseRule(Rule):
     early baseline, the median of its first ``baseline_evals`` measured values; a later value, never one of those.
 
     Args:
-        multiple: the multiple of the baseline that alerts, > 1. Default 2: neither its source's (arXiv 2602.16967
-            reports the defect rising well before grokking, with no multiple capgeo could take) nor yet chosen on
-            capgeo's calibration runs.
+        multiple: the multiple of the baseline that alerts, > 1. Default 2, chosen by no data: its source (arXiv
+            2602.16967) reports the defect rising well before grokking with no multiple capgeo could take, and on
+            the twins' calibration runs no multiple of its grid (1.5 to 5) kept its false alarms within the cap
+            (docs/twins.md), so none was chosen and no default rule uses it.
         baseline_evals: how many of its first measured values make its baseline, >= 1.
         key: the series' tag.
 
@@ -181,7 +182,7 @@ class CommutatorRiseRule(Rule):
     name = "commutator-rise"
 
     def __init__(self, multiple: float = 2.0, baseline_evals: int = 3, key: str = COMMUTATOR_DEFECT) -> None:
-        check_rise(multiple, baseline_evals, "a placeholder of 2 until calibration chooses it")
+        check_rise(multiple, baseline_evals, "2 by default, chosen by no data: docs/twins.md")
         if not isinstance(key, str) or not key:
             raise ValueError(f"key must be a series' tag, got {key!r}")
         self.multiple, self.baseline_evals, self.key = float(multiple), baseline_evals, key

@@ -439,9 +439,20 @@ def compare(frozen: Mapping[str, Any], runs: Sequence[TwinRun], share: float = P
     def against_base(name: str) -> dict[str, Any]:
         return _paired(y, scores["base"], scores[name], strata, judged, resamples, seed)
 
+    constant = [calibration_rate(frozen, share)] * len(y)
+    found["against_constant"] = {name: paired_difference(y, constant, scores[name], "log_loss", strata, resamples,
+                                                         seed) for name in ("base", PRIMARY_MODEL)}
     return {**found, **against_base(PRIMARY_MODEL),
             "secondary": {name: {**against_base(name), "recorded": recorded(rows, name)} for name in SIGNAL_MODELS
                           if name in scores}}
+
+
+def calibration_rate(frozen: Mapping[str, Any], share: float) -> float:
+    """The trivial baseline at ``share`` of the budget: the share of the calibration rows that acquired later, the
+    constant probability a model that read nothing would give every run (exploratory, added after the registration:
+    ``against_constant`` in :func:`compare`, each model's log loss against it)."""
+    entry = frozen["fits"][f"{share:g}"]
+    return entry["acquire_later"] / (entry["acquire_later"] + entry["never"])
 
 
 def recorded(rows: Sequence[Mapping[str, float]], model: str) -> int:

@@ -106,6 +106,23 @@ def signals_table(found: Mapping[str, Mapping[str, Mapping[str, Any]]], margin: 
     return "\n".join(lines)
 
 
+def constant_table(found: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """Per family (and pooled) and landmark: the constant's log loss beside both models', and each model's gain over
+    it (the constant's log loss minus the model's; positive: the model beats a probability that reads nothing)."""
+    lines = ["| family | landmark | runs (acquire later vs never) | log loss: constant, base, + geometry | "
+             "base's gain over the constant [95%] | + geometry's gain over the constant [95%] |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for scope, shares in found.items():
+        for share, entry in shares.items():
+            base, geometry = (entry.get("against_constant") or {}).get("base"), \
+                (entry.get("against_constant") or {}).get(analysis.PRIMARY_MODEL)
+            if base is None or geometry is None:
+                continue
+            lines.append(f"| {scope} | {float(share):.0%} | {_runs_cell(entry)} | {fmt(base.first, 3)}, "
+                         f"{fmt(base.second, 3)}, {fmt(geometry.second, 3)} | {base} | {geometry} |")
+    return "\n".join(lines)
+
+
 def short_cells(found: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     """The cells short of either kind at each landmark, with their counts (the short-cell rule), in words."""
     named = {(share, cell): kinds for shares in found.values() for share, entry in shares.items()
@@ -253,6 +270,15 @@ def twins_page(calibration: Sequence[Mapping[str, Any]], heldout: Sequence[Mappi
               *([f"The margin's reason, as registered: {decision['margin_reason']}", ""]
                 if decision.get("margin_reason") else []),
               endpoint_table(found, margin), "", short_cells(found), "",
+              "## Against a constant (exploratory, added after the registration)", "",
+              "The registration judges base + geometry against base only. Here both are set beside a probability "
+              "that reads nothing: the share of the calibration twins, not yet acquired at the landmark, that "
+              "acquired later, given to every run. Each model's gain over it is the constant's log loss minus the "
+              "model's on the same held-out twins (positive: the model beats it), with the same resamples. A model "
+              "whose penalty on calibration is the strongest of the grid (the fit's table, C = "
+              f"{min(analysis.C_GRID):g}) is itself nearly that constant: where both are, the registered difference "
+              "between them is small whatever the geometry holds.", "",
+              constant_table(found), "",
               "## Each geometric signal alone (secondary)", "",
               "Each signal added alone to base (RankMe's six features, the probe's gain, ILDR's two, the commutator "
               "defect's change, each with its missing indicator), fitted and frozen with the primary models (the "

@@ -417,3 +417,26 @@ def test_a_family_with_fewer_than_two_cells_holding_both_kinds(informative: tupl
     assert "short-cell rule" in lines[0] and "**inconclusive (" in lines[-1]  # grokking at half the budget too
     said = twins_report.short_cells(found)
     assert "compare-hard-b400 at 25% (1 acquire later, 12 never)" in said and "no pair to the AUROC" in said
+
+
+def test_each_model_is_set_beside_the_constant_that_reads_nothing(informative: tuple[list, list, dict]) -> None:
+    """The trivial baseline: the calibration rows' rate of acquiring later, given to every run. A model made that
+    constant gains exactly 0 over it; models that read an informative geometry (and base) beat it; the page shows it."""
+    calibration, heldout, frozen = informative
+    entry = frozen["fits"]["0.25"]
+    rate = twins.calibration_rate(frozen, 0.25)
+    assert rate == entry["acquire_later"] / (entry["acquire_later"] + entry["never"])
+    runs = twins.twin_runs(heldout)
+    found = twins.compare(frozen, runs, 0.25, resamples=500)["against_constant"]
+    assert found["geometry"].low > 0  # the geometry carries the outcome: it beats the constant
+    assert found["base"].first == found["geometry"].first  # one constant, one log loss, for both
+    flat = json.loads(json.dumps(frozen))
+    base = flat["fits"]["0.25"]["models"]["base"]
+    base["coef"] = [0.0] * len(base["coef"])
+    base["intercept"] = float(np.log(rate / (1 - rate)))  # the constant itself
+    same = twins.compare(flat, runs, 0.25, resamples=500)["against_constant"]["base"]
+    assert same.value == pytest.approx(0.0, abs=1e-12) and same.low == pytest.approx(0.0, abs=1e-12)
+    text = twins_report.twins_page(calibration, heldout, frozen, json.loads(twins_report.DRAFT.read_text()),
+                                   shares=(0.25,), resamples=200, rules=[])
+    assert "## Against a constant (exploratory, added after the registration)" in text
+    assert "| pooled | 25% |" in text.split("## Against a constant")[1].split("##")[0]
