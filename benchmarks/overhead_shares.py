@@ -102,7 +102,7 @@ def line(found: ShareSet) -> str:
     largest_part = f"; its largest part {PIECES.get(parts[0][1], parts[0][1])}, a median {percent(parts[0][0])}" \
         if parts else ""
     low, high = found.parameters
-    return (f"Each run records capgeo's own share of its CPU time. On the {found.n} runs of `{found.folder}` "
+    return (f"**Cost.** Each run records capgeo's own share of its CPU time. On the {found.n} runs of `{found.folder}` "
             f"({low / 1e6:.2f}-{high / 1e6:.2f}M parameters, {threads(found)}, {setting_words(found)}, carrying "
             f"{measures(found)}): a median **{percent(statistics.median(found.shares))}**, the largest "
             f"{percent(max(found.shares))}{largest_part}. The default budget "

@@ -105,7 +105,7 @@ def test_the_readme_and_the_quick_start_say_the_same_of_what_a_module_provides()
     readme, quickstart = (ROOT / "README.md").read_text(), (DOCS / "quickstart.md").read_text()
     box = re.search(r"> \*\*Your module provides\*\*\n>\n(.*?)\n\n", readme, re.S).group(1)
     items = [normalised(item) for item in re.split(r"\n> - ", "\n" + box) if item.strip()]
-    assert len(items) == 3 and any(item.startswith("**When something is not found**") for item in items)
+    assert len(items) == 3 and any(item.startswith("**What is not found**") for item in items)
     assert all(item in normalised(quickstart) for item in items)
 
 

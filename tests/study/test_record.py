@@ -35,13 +35,15 @@ def test_the_readme_first_screen_is_generated(regenerated: dict[Path, str]) -> N
     readme = regenerated[summary.ROOT / "README.md"]
     commands = [match.group(1) for match in summary.PASSAGE.finditer(readme)]
     # the main command, which alert to read first and whether the record changed the default alert, then what to
-    # expect: who will learn and its registered targets, who will grok and its, when, and the cost, each from its
+    # expect: who will learn and its registered targets, who will grok and its, what the twins say the geometry
+    # adds, when, and the cost, each from its
     # command
     assert commands == ["python -m study.record.main_command readme", "python -m study.record.default_alert readme",
                         "python -m study.record.who_learns_report readme",
                         "python -m study.record.who_learns_report targets",
                         "python -m study.record.grokking_report readme",
                         "python -m study.record.grokking_report targets",
+                        "python -m study.record.twins_report readme",
                         "python -m study.record.user_forecast readme",
                         "python -m benchmarks.overhead_shares line study/corpus/twins/heldout",
                         "python -m benchmarks.suite_time line benchmarks/results/suite-time.json"]

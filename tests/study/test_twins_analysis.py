@@ -440,3 +440,22 @@ def test_each_model_is_set_beside_the_constant_that_reads_nothing(informative: t
                                    shares=(0.25,), resamples=200, rules=[])
     assert "## Against a constant (exploratory, added after the registration)" in text
     assert "| pooled | 25% |" in text.split("## Against a constant")[1].split("##")[0]
+
+
+def test_the_readme_line_says_each_familys_decision_the_constant_and_the_targets(
+        informative: tuple[list, list, dict], monkeypatch: pytest.MonkeyPatch) -> None:
+    calibration, heldout, frozen = informative
+    registration = json.loads(twins.REGISTRATION.read_text())
+    monkeypatch.setattr(twins_report, "committed", lambda: (calibration, heldout, frozen, registration))
+    monkeypatch.setattr(twins, "default_rules", lambda: [RuleGrid("rankme-fall", {"fall": (0.2, 0.5)},
+                                                                  geometric=True)])
+    twins_report.targets_lines.cache_clear()
+    try:
+        line = twins_report.readme_line()
+    finally:
+        twins_report.targets_lines.cache_clear()
+    assert line.startswith("**What the geometry adds** ([docs/twins.md](docs/twins.md)). 80 registered held-out twins")
+    for scope in ("tasks", "grokking", "pooled"):
+        assert f"{scope}: **adds**" in line  # the synthetic geometry carries the outcome
+    assert "base + geometry's +" in line  # it beats the constant
+    assert "Of the 4 registered targets:" in line
