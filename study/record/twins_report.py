@@ -222,6 +222,25 @@ def targets_section(found: Mapping[str, Any], leads: Sequence[Mapping[str, Any]]
     return lines
 
 
+def registered_count(registration: Mapping[str, Any] | None, phase: str) -> int | None:
+    """How many runs the registration fixes for ``phase``: each cell's twins and controls; None without one."""
+    if not registration:
+        return None
+    seeds = (registration.get("seeds") or {}).get(phase) or {}
+    cells = [cell for cell in registration.get("cells", ()) if isinstance(cell, Mapping)
+             and not cell.get("example_only")]
+    return len(cells) * (len(seeds.get("seeds", ())) + len(seeds.get("control_seeds", ())))
+
+
+def unfinished(heldout: Sequence[Any], registration: Mapping[str, Any] | None) -> str:
+    """A sentence, while fewer held-out runs are exported than registered: nothing is the registered answer yet."""
+    planned = registered_count(registration, "heldout")
+    if planned is None or len(heldout) >= planned:
+        return ""
+    return (f"**The held-out phase is not finished: {len(heldout)} of its {planned} registered runs are in. Every "
+            "figure below is interim, on the runs there are; the registered answer is the one on all of them.**")
+
+
 def twins_page(calibration: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[str, Any]],
                frozen: Mapping[str, Any] | None, registration: Mapping[str, Any] | None,
                shares: Sequence[float] = analysis.LANDMARKS, resamples: int = RESAMPLES,
@@ -247,6 +266,8 @@ def twins_page(calibration: Sequence[Mapping[str, Any]], heldout: Sequence[Mappi
     cal_runs, runs = _runs(calibration), _runs(heldout)
     found = analysis.endpoints(frozen, runs, margin or 1.0, shares, resamples)
     parts = [*HEAD, "", state, ""]
+    if interim := unfinished(heldout, registration):
+        parts += [interim, ""]
     if marker:
         parts += [f"**Judged against the {marker}'s margin, not a registered one: no decision here is "
                   "registered.**", ""]
@@ -361,7 +382,8 @@ def readme_line() -> str:
             f"At {analysis.PRIMARY:.0%} of the budget, among the "
             "twins not yet acquired, adding RankMe, the probes, ILDR and the commutator defect to the accuracy, the "
             f"losses and the weight norm, by the registered rule (log loss, base minus base + geometry, nats a run): "
-            f"{said}.{constant} Of the {len(verdicts)} registered targets: {tally}.")
+            f"{said}.{constant} Of the {len(verdicts)} registered targets: {tally}."
+            + (f" {unfinished(heldout, registration)}" if unfinished(heldout, registration) else ""))
 
 
 @functools.cache

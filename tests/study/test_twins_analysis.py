@@ -459,3 +459,16 @@ def test_the_readme_line_says_each_familys_decision_the_constant_and_the_targets
         assert f"{scope}: **adds**" in line  # the synthetic geometry carries the outcome
     assert "base + geometry's +" in line  # it beats the constant
     assert "Of the 4 registered targets:" in line
+
+
+def test_a_held_out_phase_short_of_its_registered_runs_is_said_interim(informative: tuple[list, list, dict]) -> None:
+    calibration, heldout, frozen = informative
+    registration = json.loads(twins.REGISTRATION.read_text())
+    planned = twins_report.registered_count(registration, "heldout")
+    assert planned == len(registration["cells"]) * (24 + 2)
+    said = twins_report.unfinished(heldout[:10], registration)
+    assert f"10 of its {planned} registered runs are in" in said and "interim" in said
+    assert twins_report.unfinished([{}] * planned, registration) == ""
+    text = twins_report.twins_page(calibration, heldout[:10], frozen, registration, shares=(0.25,), resamples=200,
+                                   rules=[])
+    assert "**The held-out phase is not finished: 10 of" in text
