@@ -238,7 +238,7 @@ def unfinished(heldout: Sequence[Any], registration: Mapping[str, Any] | None) -
     if planned is None or len(heldout) >= planned:
         return ""
     return (f"**The held-out phase is not finished: {len(heldout)} of its {planned} registered runs are in. Every "
-            "figure below is interim, on the runs there are; the registered answer is the one on all of them.**")
+            "figure here is interim, on the runs there are; the registered answer is the one on all of them.**")
 
 
 def twins_page(calibration: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[str, Any]],
