@@ -73,6 +73,7 @@ def test_train_py_keeps_the_window_the_whole_runs_give() -> None:
     assert window(cpu_runs()) == train_cli.EVALS_AFTER_LEARNED
 
 
+@pytest.mark.slow  # it reads the regenerated record, the suite's longest piece of work: not the quick tier's
 def test_the_default_alert_follows_the_record(regenerated: dict) -> None:
     """The rule the registered runs choose is in default_rules(); where none is chosen, the defaults are the ones kept,
     and the README's first screen says which, from the same computation as the pages' tables."""
@@ -87,3 +88,19 @@ def test_the_default_alert_follows_the_record(regenerated: dict) -> None:
     else:
         assert names == list(default_alert.KEPT)
     assert default_alert.sentence(decision) in regenerated[summary.ROOT / "README.md"]
+
+
+@pytest.mark.slow
+def test_the_default_probability_follows_the_twins_answer(regenerated: dict[Path, str]) -> None:
+    """The registration's defaults_follow: the geometry joins the default probability's features only where the twins
+    show it adds, beyond the margin, on both families; else the default probability is the base model."""
+    from capgeo_callbacks.keys import ACC, LOGPROB, VAL_LOSS
+    from capgeo_callbacks.rules.survival import FEATURES, GLOBAL_NORM
+
+    readme = regenerated[summary.ROOT / "README.md"]
+    line = next(match.group(2) for match in summary.PASSAGE.finditer(readme)
+                if match.group(1) == "python -m study.record.twins_report readme")
+    adds_on_both = all(f"{scope}: **adds**, " in line for scope in ("tasks", "grokking"))  # "adds (by less...)" not
+    read = {series for alternatives in FEATURES.values() for series in alternatives.split("|")}
+    if not adds_on_both:
+        assert read <= {ACC, VAL_LOSS, LOGPROB, GLOBAL_NORM}, read
