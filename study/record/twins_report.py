@@ -342,8 +342,10 @@ def committed() -> tuple[list, list, dict | None, dict | None]:
     return registered.exported("calibration"), registered.exported("heldout"), frozen, registration
 
 
+@functools.cache
 def page() -> str:
-    """The page from the committed twins, the frozen fit and the registration (where each exists)."""
+    """The page from the committed twins, the frozen fit and the registration (where each exists), made once per
+    process: the README's line reads its targets."""
     return twins_page(*committed())
 
 
@@ -372,7 +374,8 @@ def readme_line() -> str:
     constant = "" if not against else (
         f" Beside a constant that reads nothing (the calibration twins' rate; exploratory), base's gain in log loss "
         f"is {against['base']} and base + geometry's {against[analysis.PRIMARY_MODEL]} (pooled).")
-    verdicts = [line.rsplit("**", 2)[-2] for line in targets_lines()]
+    verdicts = [line.rsplit("**", 2)[-2] for line in page().split("## Targets, as registered")[-1].splitlines()
+                if line.startswith("- ")]
     tally = ", ".join(f"{sum(v.startswith(word) for v in verdicts)} {word}"
                       for word in ("met", "missed", "inconclusive"))
     tasks = sum(family(cell["cell"]) == "tasks" for cell in registration["cells"])
@@ -384,20 +387,6 @@ def readme_line() -> str:
             f"losses and the weight norm, by the registered rule (log loss, base minus base + geometry, nats a run): "
             f"{said}.{constant} Of the {len(verdicts)} registered targets: {tally}."
             + (f" {unfinished(heldout, registration)}" if unfinished(heldout, registration) else ""))
-
-
-@functools.cache
-def targets_lines() -> tuple[str, ...]:
-    """The page's targets section, computed once per process (the rules' replay is the slow part)."""
-    calibration, heldout, frozen, registration = committed()
-    cal_runs, runs = _runs(calibration), _runs(heldout)
-    found = analysis.endpoints(frozen, runs, registration["decision"]["margin"])
-    leads = analysis.rule_leads(analysis.default_rules(), cal_runs, runs)
-    best = analysis.best_geometric(leads)
-    names = {entry["rule"] for entry in leads}
-    lead = (analysis.lead_difference(leads, best, analysis.VAL_LOSS_RULE, runs)
-            if best is not None and analysis.VAL_LOSS_RULE in names else None)
-    return tuple(targets_section(found, leads, best, lead, registration["targets"]))
 
 
 def write_report() -> str:

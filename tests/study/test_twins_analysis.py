@@ -449,11 +449,11 @@ def test_the_readme_line_says_each_familys_decision_the_constant_and_the_targets
     monkeypatch.setattr(twins_report, "committed", lambda: (calibration, heldout, frozen, registration))
     monkeypatch.setattr(twins, "default_rules", lambda: [RuleGrid("rankme-fall", {"fall": (0.2, 0.5)},
                                                                   geometric=True)])
-    twins_report.targets_lines.cache_clear()
+    twins_report.page.cache_clear()
     try:
         line = twins_report.readme_line()
     finally:
-        twins_report.targets_lines.cache_clear()
+        twins_report.page.cache_clear()
     assert line.startswith("**What the geometry adds** ([docs/twins.md](docs/twins.md)). 80 registered held-out twins")
     for scope in ("tasks", "grokking", "pooled"):
         assert f"{scope}: **adds**" in line  # the synthetic geometry carries the outcome
