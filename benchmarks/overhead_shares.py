@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from capgeo_callbacks.publish.text import markdown_row
 from capgeo_callbacks.run.overhead_setting import DEFAULT_OVERHEAD_BUDGET
 from capgeo_callbacks.run.reading import capgeo_share, find_runs
 
@@ -26,6 +27,7 @@ PIECES = {  # a piece of work as the overhead record names it: how a reader know
     "rankme": "RankMe (with ILDR on its rows)", "probe_acc": "the probes", "weight_norm": "the weight norm",
     "CommutatorDefectMonitor": "the commutator defect", "detector": "the rules", "figures": "the figures",
 }
+EVERY_RUNS = ("detector", "figures")  # pieces every run has, which are no measure
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def percent(value: float) -> str:
 
 def measures(found: ShareSet) -> str:
     """The measures the runs carried (the rules and the figures, every run's, left out)."""
-    carried = [PIECES.get(piece, piece) for piece in ordered(found.pieces) if piece not in ("detector", "figures")]
+    carried = [PIECES.get(piece, piece) for piece in ordered(found.pieces) if piece not in EVERY_RUNS]
     return ", ".join(carried[:-1]) + " and " + carried[-1] if len(carried) > 1 else "".join(carried)
 
 
@@ -97,7 +99,7 @@ def setting_words(found: ShareSet) -> str:
 
 def line(found: ShareSet) -> str:
     """The README's sentence: n, median and largest, what the runs carried and under which setting."""
-    parts = sorted(((statistics.median(v), p) for p, v in found.pieces.items() if p not in ("detector", "figures")),
+    parts = sorted(((statistics.median(v), p) for p, v in found.pieces.items() if p not in EVERY_RUNS),
                    reverse=True)
     largest_part = f"; its largest part {PIECES.get(parts[0][1], parts[0][1])}, a median {percent(parts[0][0])}" \
         if parts else ""
@@ -115,12 +117,12 @@ def table(sets: Sequence[ShareSet]) -> str:
     """One row per folder: n, the setting, capgeo's whole-run CPU share (median, largest) and each piece's median."""
     names = ordered({p for found in sets for p in found.pieces})
     head = ["runs", "n", "setting", "capgeo's CPU share: median", "largest", *(PIECES.get(p, p) for p in names)]
-    rows = ["| " + " | ".join(head) + " |", "| --- | " + " | ".join("---:" for _ in head[1:]) + " |"]
+    rows = [markdown_row(head), markdown_row(["---", *("---:" for _ in head[1:])])]
     for found in sets:
         cells = [f"`{found.folder}`", str(found.n), ", ".join(found.settings),
                  percent(statistics.median(found.shares)), percent(max(found.shares)),
                  *(percent(statistics.median(found.pieces[p])) if p in found.pieces else "" for p in names)]
-        rows.append("| " + " | ".join(cells) + " |")
+        rows.append(markdown_row(cells))
     left = [f"`{found.folder}`: {found.left_out}" for found in sets if found.left_out]
     note = f"\n\nRuns without a share, left out: {', '.join(left)}." if left else ""
     return "\n".join(rows) + "\n\nEach piece's column is its own CPU seconds over the run's, the median over the " \
