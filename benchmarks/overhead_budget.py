@@ -85,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="sort")
     parser.add_argument("--difficulty", default="hard")
+    parser.add_argument("--size", default="", help="the model's size, a key of models.SIZES (default: the level's)")
     parser.add_argument("--max-steps", type=int, default=0, help="the run's budget (0: the level's)")
     parser.add_argument("--stop-at-step", type=int, default=0, help="stop early (0: the whole run)")
     parser.add_argument("--settings", nargs="+", default=["measure", "0.03"], help="--overhead-budget values")
@@ -101,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.repeats, args.clock = 1, "cpu"
     apply_timing_args(args)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    base = ["--task", args.task, "--difficulty", args.difficulty,
+    base = ["--task", args.task, "--difficulty", args.difficulty, *(["--size", args.size] if args.size else []),
             *(["--max-steps", str(args.max_steps)] if args.max_steps else []),
             *(["--stop-at-step", str(args.stop_at_step)] if args.stop_at_step else [])]
     argvs = {"none": [*base, "--measures", "none", "--overhead-budget", "off"],
@@ -115,9 +116,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         bare = [s["cpu_seconds"] for s in summaries["none"]]
         rows = [row(s, [m["cpu_seconds"] / n for m, n in zip(summaries[s], bare, strict=True)], summaries[s])
                 for s in args.settings]
+        result = {"task": args.task, "difficulty": args.difficulty, "steps": summaries["none"][0]["steps"],
+                  "measures": args.measures, "threads": args.threads, "bare": bare, "rows": rows,
+                  "load_average": [load[0], os.getloadavg()[0]], "provenance": provenance("cpu", args.threads, {})}
+        if args.out is not None:  # after every pair: a session that ends mid-way keeps the pairs it made
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1, default=str))
         if pair + 1 >= args.min_pairs and all(r["half_width"] <= args.width for r in rows):
             break
-    steps = summaries["none"][0]["steps"]
+    steps = result["steps"]
     print(f"{args.task}/{args.difficulty}, {steps} steps, --measures {args.measures} under each --overhead-budget vs "
           f"--measures none; {len(bare)} interleaved pair(s), fitting CPU time, {args.threads} thread(s); bare: "
           f"{', '.join(f'{b:.1f}' for b in bare)} s; 1-minute load {load[0]:.1f} to {os.getloadavg()[0]:.1f}")
@@ -129,12 +136,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               f"[{r['mean'] - r['half_width']:.3f}, {r['mean'] + r['half_width']:.3f}] | {median(r['whole_run'])} | "
               f"{median(r['after_start'])} | {median(r['predicted'])} | {r['agrees']} | {median(r['thinned'])} | "
               f"{median(r['stride'])} |")
-    result = {"task": args.task, "difficulty": args.difficulty, "steps": steps, "measures": args.measures,
-              "threads": args.threads, "bare": bare, "rows": rows, "load_average": [load[0], os.getloadavg()[0]],
-              "provenance": provenance("cpu", args.threads, {})}
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1, default=str))
     return result
 
 
