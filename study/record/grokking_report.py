@@ -212,8 +212,14 @@ def probability_at(rule: SurvivalForecaster) -> Callable[[ScoredRun, int], float
     return value
 
 
-@functools.cache
 def figures(path: Path = REGISTRATION) -> Figures:
+    """Every figure of the page, computed once per process and registration (``figures()`` and
+    ``figures(REGISTRATION)`` are one computation)."""
+    return _figures(Path(path).resolve())
+
+
+@functools.cache
+def _figures(path: Path) -> Figures:
     calibration, heldout = load("calibration", path), load("heldout", path)
     fitted = json.loads(FITTED.read_text())
     cal_runs, runs = scored(calibration), scored(heldout)

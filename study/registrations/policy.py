@@ -11,6 +11,7 @@ name as the library's rule now, and its tables print it as registered with the n
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -53,14 +54,28 @@ def registered_before(registration: Path, commit: str | None) -> bool:
         return False
     root = registration.resolve().parent
     try:
-        first = subprocess.run(["git", "log", "--follow", "--diff-filter=A", "--format=%H", "--", registration.name],
-                               cwd=root, capture_output=True, text=True, check=True, timeout=30).stdout.split()
-        if not first:
-            return False
-        return subprocess.run(["git", "merge-base", "--is-ancestor", first[-1], commit], cwd=root,
-                              capture_output=True, timeout=30).returncode == 0
+        first = _first_added(root, registration.name, _git(root, "rev-parse", "HEAD"))
+        return first is not None and _is_ancestor(root, first, commit)
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+# A page checks every run of a phase against the same registration: the history is read once per head, not per run
+# (each ``git log --follow`` walks it all); whether one commit descends from another never changes.
+@functools.cache
+def _first_added(root: Path, name: str, head: str) -> str | None:
+    found = _git(root, "log", "--follow", "--diff-filter=A", "--format=%H", "--", name).split()
+    return found[-1] if found else None
+
+
+@functools.cache
+def _is_ancestor(root: Path, ancestor: str, commit: str) -> bool:
+    return subprocess.run(["git", "merge-base", "--is-ancestor", ancestor, commit], cwd=root, capture_output=True,
+                          timeout=30).returncode == 0
 
 
 def held_out_check(runs: Sequence[ScoredRun], registration: Path | None) -> tuple[list[ScoredRun], list[str]]:
