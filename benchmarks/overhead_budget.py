@@ -14,7 +14,9 @@ round (the summary's ``cpu_seconds``: from the start of fitting, as the budget c
 until ``--max-pairs``. Each run's summary gives the self-measured figures: capgeo's CPU share over the whole run and
 after the protected start, and the ratio it predicts against the bare run, ``(run + capgeo) / (run + detector)``
 (the bare run keeps the detector that writes its summary). A setting agrees with its pairs when the interval holds
-the median predicted ratio. Nothing is asserted: run it on a quiet machine, never beside other work.
+the median predicted ratio. With ``--out X.json``, each run's summary is kept, packed, in ``X/<setting>/`` (``none``:
+the bare runs), so that anyone can re-score the shares (``python -m benchmarks.overhead_shares line X/0.03``).
+Nothing is asserted: run it on a quiet machine, never beside other work.
 """
 
 from __future__ import annotations
@@ -34,11 +36,16 @@ from benchmarks._timing import apply_timing_args
 from benchmarks.overhead import provenance
 from capgeo_callbacks.run.budget import overhead_budget_arg
 from capgeo_callbacks.run.reading import capgeo_share
+from study.phases.corpus import write_packed
 
 
-def run(argv: list[str]) -> dict[str, Any]:
+def run(argv: list[str], keep: Path | None = None) -> dict[str, Any]:
+    """``train.py`` on ``argv`` in a folder of its own; its summary returned, and packed into ``keep`` if given."""
     with tempfile.TemporaryDirectory() as logdir:
-        return train.main([*argv, "--logdir", logdir, "--no-progress"])
+        summary = train.main([*argv, "--logdir", logdir, "--no-progress"])
+    if keep is not None:
+        write_packed(summary, keep)
+    return summary
 
 
 def interval(values: Sequence[float]) -> tuple[float, float]:
@@ -112,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for pair in range(args.max_pairs):
         for name in argvs if pair % 2 == 0 else reversed(argvs):
-            summaries[name].append(run(argvs[name]))
+            keep = None if args.out is None else args.out.with_suffix("") / name / f"pair-{pair}.json.gz"
+            summaries[name].append(run(argvs[name], keep))
         bare = [s["cpu_seconds"] for s in summaries["none"]]
         rows = [row(s, [m["cpu_seconds"] / n for m, n in zip(summaries[s], bare, strict=True)], summaries[s])
                 for s in args.settings]

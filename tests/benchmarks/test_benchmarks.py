@@ -6,8 +6,10 @@ machine (values agree, HVP counts); never on timings.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -125,11 +127,19 @@ def test_gpu_overhead_runs_on_the_cpu_as_a_smoke_test(capsys: pytest.CaptureFixt
 
 @pytest.mark.slow
 def test_overhead_budget_pairs_small_runs_with_each_setting_and_their_own_shares(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    from benchmarks import overhead_budget
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from benchmarks import overhead_budget, overhead_shares
 
+    out = tmp_path / "mod.json"
     result = overhead_budget.main(["--task", "mod", "--difficulty", "hard", "--max-steps", "40", "--stop-at-step",
-                                   "12", "--settings", "measure", "0.01", "--min-pairs", "1", "--max-pairs", "1"])
+                                   "12", "--settings", "measure", "0.01", "--min-pairs", "1", "--max-pairs", "1",
+                                   "--out", str(out)])
+    assert json.loads(out.read_text())["bare"] == result["bare"]
+    # the runs are kept beside the result, and their shares re-scored from them are the ones the pairs report
+    kept = overhead_shares.read_set(tmp_path / "mod" / "0.01")
+    assert kept.n == 1 and kept.shares == result["rows"][1]["whole_run"] and kept.settings == ["0.01"]
+    with pytest.raises(ValueError, match="records capgeo's share"):
+        overhead_shares.read_set(tmp_path / "mod" / "none")  # the bare runs measure nothing
     measure, tiny = result["rows"]
     assert (measure["setting"], tiny["setting"]) == ("measure", "0.01") and len(result["bare"]) == 1
     assert all(row["mean"] > 0 and math.isinf(row["half_width"]) and row["agrees"] is None for row in result["rows"])
