@@ -5,6 +5,7 @@
     python -m benchmarks.overhead_budget --task reverse --difficulty easy --out benchmarks/results/budget/reverse.json
     python -m benchmarks.overhead_budget --task mod --difficulty hard --max-steps 40 --stop-at-step 12 --min-pairs 1 \\
         --max-pairs 1                                                               # a smoke test, no figure to keep
+    python -m benchmarks.overhead_budget --report benchmarks/results/budget/sort-hard.json    # a result, as a table
 
 Each round trains the bare run (``--measures none --overhead-budget off``) and one run per setting of
 ``--settings`` (default ``measure`` and ``0.03``: every series whole, and the budget), in an order that alternates
@@ -88,6 +89,26 @@ def median(values: list[Any]) -> str:
     return f"{statistics.median(found):.4f}" if found else "-"
 
 
+def report(result: dict[str, Any]) -> str:
+    """A result (what ``--out`` writes) in words and a Markdown table: each setting's pairs, their mean ratio and
+    its interval, and what the measured runs said of themselves."""
+    bare, load = result["bare"], result["load_average"]
+    size = f", size {result['size']} ({result['parameters'] / 1e6:.1f}M parameters)" if result.get("parameters") else ""
+    lines = [f"{result['task']}/{result['difficulty']}{size}, {result['steps']} steps, --measures {result['measures']} "
+             f"under each --overhead-budget vs --measures none; {len(bare)} interleaved pair(s), fitting CPU time, "
+             f"{result['threads']} thread(s); bare: {', '.join(f'{b:.1f}' for b in bare)} s; 1-minute load "
+             f"{load[0]:.1f} to {load[1]:.1f}",
+             "| setting | ratio of each pair | mean ratio [95% interval] | capgeo's CPU share, whole run (median) | "
+             "after the protected start (median) | ratio it predicts (median) | agrees | thinned | stride |",
+             "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for r in result["rows"]:
+        lines.append(f"| {r['setting']} | {', '.join(f'{x:.3f}' for x in r['ratios'])} | {r['mean']:.3f} "
+                     f"[{r['mean'] - r['half_width']:.3f}, {r['mean'] + r['half_width']:.3f}] | "
+                     f"{median(r['whole_run'])} | {median(r['after_start'])} | {median(r['predicted'])} | "
+                     f"{r['agrees']} | {median(r['thinned'])} | {median(r['stride'])} |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="sort")
@@ -103,7 +124,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                                                   "either side of its mean ratio")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+    parser.add_argument("--report", type=Path, default=None, help="run nothing: print the result written there")
     args = parser.parse_args(argv)
+    if args.report is not None:
+        result = json.loads(args.report.read_text())
+        print(report(result))
+        return result
     for setting in args.settings:
         overhead_budget_arg(setting)  # a bad setting fails here, before any run
     args.repeats, args.clock = 1, "cpu"
@@ -124,7 +150,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         bare = [s["cpu_seconds"] for s in summaries["none"]]
         rows = [row(s, [m["cpu_seconds"] / n for m, n in zip(summaries[s], bare, strict=True)], summaries[s])
                 for s in args.settings]
-        result = {"task": args.task, "difficulty": args.difficulty, "steps": summaries["none"][0]["steps"],
+        first = summaries["none"][0]
+        result = {"task": args.task, "difficulty": args.difficulty, "size": first.get("size"),
+                  "parameters": first.get("parameters"), "steps": first["steps"],
                   "measures": args.measures, "threads": args.threads, "bare": bare, "rows": rows,
                   "load_average": [load[0], os.getloadavg()[0]], "provenance": provenance("cpu", args.threads, {})}
         if args.out is not None:  # after every pair: a session that ends mid-way keeps the pairs it made
@@ -132,18 +160,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             args.out.write_text(json.dumps(result, indent=1, default=str))
         if pair + 1 >= args.min_pairs and all(r["half_width"] <= args.width for r in rows):
             break
-    steps = result["steps"]
-    print(f"{args.task}/{args.difficulty}, {steps} steps, --measures {args.measures} under each --overhead-budget vs "
-          f"--measures none; {len(bare)} interleaved pair(s), fitting CPU time, {args.threads} thread(s); bare: "
-          f"{', '.join(f'{b:.1f}' for b in bare)} s; 1-minute load {load[0]:.1f} to {os.getloadavg()[0]:.1f}")
-    print("| setting | ratio of each pair | mean ratio [95% interval] | capgeo's CPU share, whole run (median) | after "
-          "the protected start (median) | ratio it predicts (median) | agrees | thinned | stride |")
-    print("| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['setting']} | {', '.join(f'{x:.3f}' for x in r['ratios'])} | {r['mean']:.3f} "
-              f"[{r['mean'] - r['half_width']:.3f}, {r['mean'] + r['half_width']:.3f}] | {median(r['whole_run'])} | "
-              f"{median(r['after_start'])} | {median(r['predicted'])} | {r['agrees']} | {median(r['thinned'])} | "
-              f"{median(r['stride'])} |")
+    print(report(result))
     return result
 
 

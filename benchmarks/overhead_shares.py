@@ -1,19 +1,22 @@
 """capgeo's share of each run's own time as the runs measured it: committed runs' summaries, folder by folder.
 
     python -m benchmarks.overhead_shares line study/corpus/twins/heldout      # the README's cost sentence
+    python -m benchmarks.overhead_shares line benchmarks/results/budget/sort-hard/0.03 study/corpus/twins/heldout
     python -m benchmarks.overhead_shares table study/corpus/twins/calibration study/corpus/twins/heldout
 
 Every run with a budget setting records capgeo's CPU and wall time beside the run's own (the summary's
 ``overhead``; docs/overhead.md). A folder is a set of runs: its runs' whole-run CPU shares (``capgeo_share``), n,
 median and largest, with the setting they ran under, the measures they carried and each measure's own part of the
 share (its CPU seconds over the run's, from the record's per-piece ``work``). Nothing is timed here: the figures are
-the runs' own, as committed, so anyone can re-score them; paired whole runs that check them are
-:mod:`benchmarks.overhead_budget`'s.
+the runs' own, as committed, so anyone can re-score them. Paired whole runs that check them are
+:mod:`benchmarks.overhead_budget`'s: its ``--out X.json`` keeps each setting's runs in ``X/<setting>/``, and such a
+folder's set says what its pairs measured (the ratio to the bare runs, and whether it agrees with the share).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +34,32 @@ EVERY_RUNS = ("detector", "figures")  # pieces every run has, which are no measu
 
 
 @dataclass(frozen=True)
+class Paired:
+    """What the paired whole runs a set was made in measured (``benchmarks.overhead_budget``'s result)."""
+
+    level: str  # task/difficulty
+    pairs: int
+    mean: float  # the mean ratio of the measured run's CPU time to the bare run's
+    half_width: float  # of its 95% interval
+    predicted: float | None  # the ratio the runs' own records predict (median)
+    agrees: bool | None  # whether the interval holds it
+
+
+def read_pairs(folder: Path) -> Paired | None:
+    """The pairs ``folder`` (``X/<setting>/``) was made in, from ``X.json`` beside it; None if it holds no such runs."""
+    result = folder.parent.with_suffix(".json")
+    if not result.is_file():
+        return None
+    found = json.loads(result.read_text())
+    row = next((row for row in found["rows"] if row["setting"] == folder.name), None)
+    if row is None:
+        return None
+    predicted = [value for value in row["predicted"] if value is not None]
+    return Paired(f"{found['task']}/{found['difficulty']}", len(row["ratios"]), row["mean"], row["half_width"],
+                  statistics.median(predicted) if predicted else None, row["agrees"])
+
+
+@dataclass(frozen=True)
 class ShareSet:
     """One folder's runs and what they say they cost."""
 
@@ -41,6 +70,7 @@ class ShareSet:
     parameters: tuple[int, int]  # smallest and largest model
     pieces: dict[str, list[float]]  # each piece of work's own CPU share, one per run that ran it
     threads: frozenset[int] = frozenset()  # the torch threads the runs recorded
+    paired: Paired | None = None  # the paired whole runs it was made in, if it was
 
     @property
     def n(self) -> int:
@@ -68,7 +98,7 @@ def read_set(folder: str | Path) -> ShareSet:
         raise ValueError(f"no run under {str(folder)!r} records capgeo's share (a summary's 'overhead' with "
                          "'shares': a run with an overhead budget setting)")
     return ShareSet(str(folder), shares, left_out, sorted(settings), (min(sizes), max(sizes)), pieces,
-                    frozenset(counts))
+                    frozenset(counts), read_pairs(Path(folder)))
 
 
 def percent(value: float) -> str:
@@ -97,20 +127,35 @@ def setting_words(found: ShareSet) -> str:
                         else f"a budget of {setting}" for setting in found.settings)
 
 
-def line(found: ShareSet) -> str:
-    """The README's sentence: n, median and largest, what the runs carried and under which setting."""
+def clause(found: ShareSet) -> str:
+    """One set in words: n, median and largest, what the runs carried and under which setting, and what its pairs
+    measured, if it was made in pairs."""
     parts = sorted(((statistics.median(v), p) for p, v in found.pieces.items() if p not in EVERY_RUNS),
                    reverse=True)
     largest_part = f"; its largest part {PIECES.get(parts[0][1], parts[0][1])}, a median {percent(parts[0][0])}" \
         if parts else ""
     low, high = found.parameters
-    return (f"**Cost.** Each run records capgeo's own share of its CPU time. On the {found.n} runs of `{found.folder}` "
-            f"({low / 1e6:.2f}-{high / 1e6:.2f}M parameters, {threads(found)}, {setting_words(found)}, carrying "
-            f"{measures(found)}): a median **{percent(statistics.median(found.shares))}**, the largest "
-            f"{percent(max(found.shares))}{largest_part}. The default budget "
-            f"({DEFAULT_OVERHEAD_BUDGET:.0%}) thins the measuring to hold its share; paired whole runs that "
-            "check the self-measured share are "
-            "[not made yet](docs/overhead.md#checking-the-self-measured-share).")
+    size = f"{low / 1e6:.2f}M" if low == high else f"{low / 1e6:.2f}-{high / 1e6:.2f}M"
+    text = (f"on the {found.n} runs of `{found.folder}` ({size} parameters, {threads(found)}, {setting_words(found)}, "
+            f"carrying {measures(found)}): a median **{percent(statistics.median(found.shares))}**, the largest "
+            f"{percent(max(found.shares))}{largest_part}")
+    paired = found.paired
+    if paired is None:
+        return text
+    verdict = {True: "they agree", False: "they disagree", None: "too few pairs to say"}[paired.agrees]
+    predicted = "" if paired.predicted is None else f", where the runs' own records predict {paired.predicted:.3f}"
+    return (f"{text}; paired with {paired.pairs} whole runs of {paired.level} without the measures, it took "
+            f"{paired.mean:.3f} [{paired.mean - paired.half_width:.3f}, {paired.mean + paired.half_width:.3f}] times "
+            f"their CPU time{predicted}: {verdict}")
+
+
+def line(sets: Sequence[ShareSet]) -> str:
+    """The README's sentence: each set's clause, then what the default budget does and where the check is."""
+    checked = "paired whole runs check the self-measured share" if any(found.paired for found in sets) else \
+        "paired whole runs that check the self-measured share are not made yet"
+    return (f"**Cost.** Each run records capgeo's own share of its CPU time: {'; '.join(map(clause, sets))}. The "
+            f"default budget ({DEFAULT_OVERHEAD_BUDGET:.0%}) thins the measuring to hold its share; "
+            f"[{checked}](docs/overhead.md#checking-the-self-measured-share).")
 
 
 def table(sets: Sequence[ShareSet]) -> str:
@@ -134,11 +179,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("what", choices=["line", "table"])
     parser.add_argument("folders", nargs="+", help="folders of committed runs' summaries, one set each")
     args = parser.parse_args(argv)
-    if args.what == "line" and len(args.folders) != 1:
-        parser.error("line reads one folder")
     sets = [read_set(folder) for folder in args.folders]
     if args.what == "line":
-        print(line(sets[0]))
+        print(line(sets))
     else:
         print(table(sets))
 

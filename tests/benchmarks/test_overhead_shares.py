@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -43,18 +44,39 @@ def test_a_folder_gives_its_runs_shares_and_each_pieces_part(runs: Path) -> None
 
 def test_the_line_and_the_table_say_n_median_and_largest(runs: Path) -> None:
     found = read_set(runs)
-    said = line(found)
-    assert f"On the 3 runs of `{runs}` (1.00-3.00M parameters, 1 thread, every point measured" in said
+    said = line([found])
+    assert f"on the 3 runs of `{runs}` (1.00-3.00M parameters, 1 thread, every point measured" in said
     assert "a median **20.0%**, the largest 30.0%; its largest part the commutator defect, a median 12.5%" in said
     assert "carrying RankMe (with ILDR on its rows) and the commutator defect" in said
     rows = table([found]).splitlines()
     assert rows[2] == f"| `{runs}` | 3 | measure | 20.0% | 30.0% | 6.0% | 12.5% | 0.5% |"
     assert rows[-1] == f"Runs without a share, left out: `{runs}`: 1."
+    assert "paired whole runs that check the self-measured share are not made yet" in said
+
+
+def test_a_set_made_in_pairs_says_what_its_pairs_measured(tmp_path: Path) -> None:
+    from benchmarks.overhead_budget import row
+
+    made = tmp_path / "sort-hard" / "0.03"
+    summaries = [{"parameters": 400_000, "threads": 1, "overhead": overhead(share, 1.0, run_cpu=100.0)}
+                 for share in (0.02, 0.03)]
+    for index, summary in enumerate(summaries):
+        write_summary(summary, made / f"pair-{index}")
+    # the mean ratio 1.03, its interval t(0.975, 1) x 0.01414 / sqrt(2) = 0.127 either side; the runs predict
+    # (100 + 2.5) / (100 + 0.5) = 1.020 at the median share: within it
+    result = {"task": "sort", "difficulty": "hard", "rows": [row("0.03", [1.02, 1.04], summaries)]}
+    (tmp_path / "sort-hard.json").write_text(json.dumps(result))
+    found = read_set(made)
+    assert found.paired is not None and found.paired.pairs == 2 and found.paired.agrees is True
+    said = line([found, read_set(tmp_path / "sort-hard" / "0.03")])
+    assert ("paired with 2 whole runs of sort/hard without the measures, it took 1.030 [0.903, 1.157] times their CPU "
+            "time, where the runs' own records predict 1.020: they agree") in said
+    assert "[paired whole runs check the self-measured share](docs/overhead.md" in said
 
 
 def test_a_folder_without_a_share_is_an_error_that_says_what_is_needed(tmp_path: Path) -> None:
     write_summary({"parameters": 10}, tmp_path / "run")
     with pytest.raises(ValueError, match="records capgeo's share"):
         read_set(tmp_path)
-    with pytest.raises(SystemExit):
-        main(["line", str(tmp_path), str(tmp_path)])  # line reads one folder
+    with pytest.raises(ValueError, match="records capgeo's share"):
+        main(["line", str(tmp_path)])
