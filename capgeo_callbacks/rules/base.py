@@ -32,7 +32,7 @@ from __future__ import annotations
 import importlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import Any
@@ -67,6 +67,42 @@ def renamed_class(module: str, name: str, scope: Mapping[str, Any]) -> type:
             deprecated_name(name, current)
             return scope[current]
     raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+class Prefix(Mapping[str, tuple[float, ...]]):
+    """Series up to their ``end``-th value, each cut when first read: replaying makes a prefix at every evaluation,
+    and a rule reads a few of a run's many series."""
+
+    __slots__ = ("_cut", "_end", "_whole")
+
+    def __init__(self, whole: Mapping[str, tuple[float, ...]], end: int) -> None:
+        self._whole, self._end = whole, end
+        self._cut: dict[str, tuple[float, ...]] = {}
+
+    @classmethod
+    def of(cls, series: Mapping[str, tuple[float, ...]], end: int) -> Prefix:
+        """``series`` up to ``end`` (a prefix of a prefix cuts the whole series once)."""
+        if isinstance(series, Prefix):
+            return cls(series._whole, min(end, series._end))
+        return cls(series, end)
+
+    def __getitem__(self, tag: str) -> tuple[float, ...]:
+        cut = self._cut.get(tag)
+        if cut is None:
+            cut = self._cut[tag] = self._whole[tag][:self._end]
+        return cut
+
+    def __contains__(self, tag: object) -> bool:
+        return tag in self._whole
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._whole)
+
+    def __len__(self) -> int:
+        return len(self._whole)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 @dataclass(frozen=True)
@@ -109,8 +145,7 @@ class RunView:
 
     def prefix(self, end: int) -> RunView:
         """The view at the ``end``-th evaluation (the first ``end`` evaluations)."""
-        return RunView(self.steps[:end], {tag: values[:end] for tag, values in self.series.items()}, self.info,
-                       self.settings)
+        return RunView(self.steps[:end], Prefix.of(self.series, end), self.info, self.settings)
 
     @property
     def step(self) -> int:
