@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -19,11 +20,11 @@ Points = Sequence[Sequence[float]]
 
 def check_steps(steps: Sequence[Any]) -> list[int]:
     """The steps as ints; raises unless they are integers, strictly increasing."""
-    step_list = [as_step(s) for s in steps]
-    for i in range(1, len(step_list)):
-        if step_list[i] <= step_list[i - 1]:
-            raise ValueError(f"steps must be strictly increasing; got {step_list[i]} after "
-                             f"{step_list[i - 1]} (position {i})")
+    step_list = [s if type(s) is int else as_step(s) for s in steps]  # a plain int needs no conversion
+    if any(later <= earlier for earlier, later in pairwise(step_list)):  # rules ask at every evaluation: kept cheap
+        i = next(i for i in range(1, len(step_list)) if step_list[i] <= step_list[i - 1])
+        raise ValueError(f"steps must be strictly increasing; got {step_list[i]} after "
+                         f"{step_list[i - 1]} (position {i})")
     return step_list
 
 
