@@ -16,13 +16,15 @@ until ``--max-pairs``. Each run's summary gives the self-measured figures: capge
 after the protected start, and the ratio it predicts against the bare run, ``(run + capgeo) / (run + detector)``
 (the bare run keeps the detector that writes its summary). A setting agrees with its pairs when the interval holds
 the median predicted ratio. With ``--out X.json``, each run's summary is kept, packed, in ``X/<setting>/`` (``none``:
-the bare runs), so that anyone can re-score the shares (``python -m benchmarks.overhead_shares line X/0.03``).
+the bare runs), so that anyone can re-score the shares (``python -m benchmarks.overhead_shares line X/0.03``), and
+the same command, run again, goes on from the whole pairs kept there (a session that ended mid-way loses one pair).
 Nothing is asserted: run it on a quiet machine, never beside other work.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -37,6 +39,7 @@ from benchmarks._timing import apply_timing_args
 from benchmarks.overhead import provenance
 from capgeo_callbacks.run.budget import overhead_budget_arg
 from capgeo_callbacks.run.reading import capgeo_share
+from capgeo_callbacks.run.summary import read_summary
 from study.phases.corpus import write_packed
 
 
@@ -87,6 +90,26 @@ def median(values: list[Any]) -> str:
     """The median of the values found, as text ("-": none)."""
     found = [v for v in values if v is not None]
     return f"{statistics.median(found):.4f}" if found else "-"
+
+
+def kept_pairs(folder: Path, names: Sequence[str], task: str, difficulty: str) -> dict[str, list[dict[str, Any]]]:
+    """The whole pairs an earlier call kept in ``folder`` (each name's run of the pair), in order: a benchmark that a
+    session's end cut off goes on from them. A kept run of another level, or under another setting, is an error."""
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for pair in itertools.count():
+        paths = {name: folder / name / f"pair-{pair}.json.gz" for name in names}
+        if not all(path.is_file() for path in paths.values()):
+            return found
+        for name, path in paths.items():
+            summary = read_summary(path)
+            setting = str((summary.get("overhead") or {}).get("setting", "off"))
+            if (summary.get("task"), summary.get("difficulty")) != (task, difficulty) or \
+                    (name != "none" and setting != name):
+                raise SystemExit(f"{path} is a run of {summary.get('task')}/{summary.get('difficulty')} under "
+                                 f"--overhead-budget {setting}, not of {task}/{difficulty} under {name}: give "
+                                 "another --out")
+            found[name].append(summary)
+    return found
 
 
 def report(result: dict[str, Any]) -> str:
@@ -140,26 +163,37 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             *(["--stop-at-step", str(args.stop_at_step)] if args.stop_at_step else [])]
     argvs = {"none": [*base, "--measures", "none", "--overhead-budget", "off"],
              **{s: [*base, "--measures", args.measures, "--overhead-budget", s] for s in args.settings}}
-    summaries: dict[str, list[dict[str, Any]]] = {name: [] for name in argvs}
+    kept = None if args.out is None else args.out.with_suffix("")
+    summaries = {name: [] for name in argvs} if kept is None else kept_pairs(kept, argvs, args.task, args.difficulty)
+    if summaries["none"]:
+        print(f"going on after the {len(summaries['none'])} pair(s) kept in {kept}")
     load = os.getloadavg()
-    rows: list[dict[str, Any]] = []
-    for pair in range(args.max_pairs):
-        for name in argvs if pair % 2 == 0 else reversed(argvs):
-            keep = None if args.out is None else args.out.with_suffix("") / name / f"pair-{pair}.json.gz"
-            summaries[name].append(run(argvs[name], keep))
+
+    def tally() -> dict[str, Any]:
         bare = [s["cpu_seconds"] for s in summaries["none"]]
         rows = [row(s, [m["cpu_seconds"] / n for m, n in zip(summaries[s], bare, strict=True)], summaries[s])
                 for s in args.settings]
         first = summaries["none"][0]
-        result = {"task": args.task, "difficulty": args.difficulty, "size": first.get("size"),
-                  "parameters": first.get("parameters"), "steps": first["steps"],
-                  "measures": args.measures, "threads": args.threads, "bare": bare, "rows": rows,
-                  "load_average": [load[0], os.getloadavg()[0]], "provenance": provenance("cpu", args.threads, {})}
+        return {"task": args.task, "difficulty": args.difficulty, "size": first.get("size"),
+                "parameters": first.get("parameters"), "steps": first["steps"], "measures": args.measures,
+                "threads": args.threads, "bare": bare, "rows": rows, "load_average": [load[0], os.getloadavg()[0]],
+                "provenance": provenance("cpu", args.threads, {})}
+
+    def enough(result: dict[str, Any]) -> bool:
+        return len(result["bare"]) >= args.min_pairs and all(r["half_width"] <= args.width for r in result["rows"])
+
+    result = tally() if summaries["none"] else None
+    for pair in range(len(summaries["none"]), args.max_pairs):
+        if result is not None and enough(result):
+            break
+        for name in argvs if pair % 2 == 0 else reversed(argvs):
+            summaries[name].append(run(argvs[name], None if kept is None else kept / name / f"pair-{pair}.json.gz"))
+        result = tally()
         if args.out is not None:  # after every pair: a session that ends mid-way keeps the pairs it made
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1, default=str))
-        if pair + 1 >= args.min_pairs and all(r["half_width"] <= args.width for r in rows):
-            break
+    if result is None:
+        raise SystemExit("no pair made: --max-pairs must be at least 1")
     print(report(result))
     return result
 

@@ -134,17 +134,24 @@ def test_overhead_budget_pairs_small_runs_with_each_setting_and_their_own_shares
     result = overhead_budget.main(["--task", "mod", "--difficulty", "hard", "--max-steps", "40", "--stop-at-step",
                                    "12", "--settings", "measure", "0.01", "--min-pairs", "1", "--max-pairs", "1",
                                    "--out", str(out)])
+    assert "| measure |" in capsys.readouterr().out
     assert json.loads(out.read_text())["bare"] == result["bare"]
     # the runs are kept beside the result, and their shares re-scored from them are the ones the pairs report
     kept = overhead_shares.read_set(tmp_path / "mod" / "0.01")
     assert kept.n == 1 and kept.shares == result["rows"][1]["whole_run"] and kept.settings == ["0.01"]
     with pytest.raises(ValueError, match="records capgeo's share"):
         overhead_shares.read_set(tmp_path / "mod" / "none")  # the bare runs measure nothing
+    # called again, it goes on from the whole pairs kept (here: none left to make), and refuses another level's runs
+    again = ["--task", "mod", "--difficulty", "hard", "--max-steps", "40", "--stop-at-step", "12", "--settings",
+             "measure", "0.01", "--min-pairs", "1", "--max-pairs", "1", "--out", str(out)]
+    assert overhead_budget.main(again)["bare"] == result["bare"]
+    assert "going on after the 1 pair(s) kept" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="is a run of mod/hard under --overhead-budget off, not of copy/hard"):
+        overhead_budget.main([*again[:-2], "--task", "copy", "--out", str(out)])
     measure, tiny = result["rows"]
     assert (measure["setting"], tiny["setting"]) == ("measure", "0.01") and len(result["bare"]) == 1
     assert all(row["mean"] > 0 and math.isinf(row["half_width"]) and row["agrees"] is None for row in result["rows"])
     assert measure["thinned"] == [0] and measure["whole_run"][0] > 0 and measure["predicted"][0] > 1
-    assert "| measure |" in capsys.readouterr().out
     assert overhead_budget.interval([1.0, 1.2])[0] == pytest.approx(1.1)
     with pytest.raises(ValueError, match="overhead_budget must be"):
         overhead_budget.main(["--settings", "fast"])
