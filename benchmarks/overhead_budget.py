@@ -120,7 +120,8 @@ def report(result: dict[str, Any]) -> str:
     lines = [f"{result['task']}/{result['difficulty']}{size}, {result['steps']} steps, --measures {result['measures']} "
              f"under each --overhead-budget vs --measures none; {len(bare)} interleaved pair(s), fitting CPU time, "
              f"{result['threads']} thread(s); bare: {', '.join(f'{b:.1f}' for b in bare)} s; 1-minute load "
-             f"{load[0]:.1f} to {load[1]:.1f}",
+             f"{load[0]:.1f} to {load[1]:.1f}" + (f"; pairs go on until each interval is at most ±{result['width']}"
+                                                  if result.get("width") else ""),
              "| setting | ratio of each pair | mean ratio [95% interval] | capgeo's CPU share, whole run (median) | "
              "after the protected start (median) | ratio it predicts (median) | agrees | thinned | stride |",
              "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
@@ -176,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         first = summaries["none"][0]
         return {"task": args.task, "difficulty": args.difficulty, "size": first.get("size"),
                 "parameters": first.get("parameters"), "steps": first["steps"], "measures": args.measures,
-                "threads": args.threads, "bare": bare, "rows": rows, "load_average": [load[0], os.getloadavg()[0]],
+                "threads": args.threads, "width": args.width, "bare": bare, "rows": rows,
+                "load_average": [load[0], os.getloadavg()[0]],
                 "provenance": provenance("cpu", args.threads, {})}
 
     def enough(result: dict[str, Any]) -> bool:

@@ -43,6 +43,12 @@ class Paired:
     half_width: float  # of its 95% interval
     predicted: float | None  # the ratio the runs' own records predict (median)
     agrees: bool | None  # whether the interval holds it
+    width: float | None = None  # the half-width asked of the interval (None: not recorded)
+
+    @property
+    def narrow(self) -> bool:
+        """Whether the interval is as narrow as asked (a wide one agrees with almost anything)."""
+        return self.width is None or self.half_width <= self.width
 
 
 def read_pairs(folder: Path) -> Paired | None:
@@ -56,7 +62,7 @@ def read_pairs(folder: Path) -> Paired | None:
         return None
     predicted = [value for value in row["predicted"] if value is not None]
     return Paired(f"{found['task']}/{found['difficulty']}", len(row["ratios"]), row["mean"], row["half_width"],
-                  statistics.median(predicted) if predicted else None, row["agrees"])
+                  statistics.median(predicted) if predicted else None, row["agrees"], found.get("width"))
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,8 @@ def clause(found: ShareSet) -> str:
     if paired is None:
         return text
     verdict = {True: "they agree", False: "they disagree", None: "too few pairs to say"}[paired.agrees]
+    if paired.agrees is not None and not paired.narrow:
+        verdict += f" (the interval is wider than the ±{paired.width} asked: more pairs are due)"
     predicted = "" if paired.predicted is None else f", where the runs' own records predict {paired.predicted:.3f}"
     return (f"{text}; paired with {paired.pairs} whole runs of {paired.level} without the measures, it took "
             f"{paired.mean:.3f} [{paired.mean - paired.half_width:.3f}, {paired.mean + paired.half_width:.3f}] times "
