@@ -184,16 +184,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     def enough(result: dict[str, Any]) -> bool:
         return len(result["bare"]) >= args.min_pairs and all(r["half_width"] <= args.width for r in result["rows"])
 
+    def write(result: dict[str, Any]) -> None:
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1, default=str))
+
     result = tally() if summaries["none"] else None
+    if result is not None:
+        write(result)  # the kept pairs, as this version of the benchmark tallies them
     for pair in range(len(summaries["none"]), args.max_pairs):
         if result is not None and enough(result):
             break
         for name in argvs if pair % 2 == 0 else reversed(argvs):
             summaries[name].append(run(argvs[name], None if kept is None else kept / name / f"pair-{pair}.json.gz"))
         result = tally()
-        if args.out is not None:  # after every pair: a session that ends mid-way keeps the pairs it made
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(result, indent=1, default=str))
+        write(result)  # after every pair: a session that ends mid-way keeps the pairs it made
     if result is None:
         raise SystemExit("no pair made: --max-pairs must be at least 1")
     print(report(result))
