@@ -115,13 +115,19 @@ def kept_pairs(folder: Path, names: Sequence[str], task: str, difficulty: str) -
 def report(result: dict[str, Any]) -> str:
     """A result (what ``--out`` writes) in words and a Markdown table: each setting's pairs, their mean ratio and
     its interval, and what the measured runs said of themselves."""
-    bare, load = result["bare"], result["load_average"]
+    bare = result["bare"]
+    if result.get("loads"):
+        load = f"1-minute load after each of the last {len(result['loads'])} pair(s): " + \
+            ", ".join(f"{x:.1f}" for x in result["loads"])
+    elif result.get("load_average"):  # an earlier version's: at its start and after its last pair
+        load = "1-minute load {:.1f} at the start, {:.1f} after the last pair".format(*result["load_average"])
+    else:
+        load = "load not recorded"
     size = f", size {result['size']} ({result['parameters'] / 1e6:.1f}M parameters)" if result.get("parameters") else ""
     lines = [f"{result['task']}/{result['difficulty']}{size}, {result['steps']} steps, --measures {result['measures']} "
              f"under each --overhead-budget vs --measures none; {len(bare)} interleaved pair(s), fitting CPU time, "
-             f"{result['threads']} thread(s); bare: {', '.join(f'{b:.1f}' for b in bare)} s; 1-minute load "
-             f"{load[0]:.1f} to {load[1]:.1f}" + (f"; pairs go on until each interval is at most ±{result['width']}"
-                                                  if result.get("width") else ""),
+             f"{result['threads']} thread(s); bare: {', '.join(f'{b:.1f}' for b in bare)} s; {load}"
+             + (f"; pairs go on until each interval is at most ±{result['width']}" if result.get("width") else ""),
              "| setting | ratio of each pair | mean ratio [95% interval] | capgeo's CPU share, whole run (median) | "
              "after the protected start (median) | ratio it predicts (median) | agrees | thinned | stride |",
              "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
@@ -168,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     summaries = {name: [] for name in argvs} if kept is None else kept_pairs(kept, argvs, args.task, args.difficulty)
     if summaries["none"]:
         print(f"going on after the {len(summaries['none'])} pair(s) kept in {kept}")
-    load = os.getloadavg()
+    earlier = json.loads(args.out.read_text()) if summaries["none"] and args.out.is_file() else {}
+    loads: list[float] = list(earlier.get("loads", []))[:len(summaries["none"])]  # 1-minute load after each pair
 
     def tally() -> dict[str, Any]:
         bare = [s["cpu_seconds"] for s in summaries["none"]]
@@ -177,8 +184,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         first = summaries["none"][0]
         return {"task": args.task, "difficulty": args.difficulty, "size": first.get("size"),
                 "parameters": first.get("parameters"), "steps": first["steps"], "measures": args.measures,
-                "threads": args.threads, "width": args.width, "bare": bare, "rows": rows,
-                "load_average": [load[0], os.getloadavg()[0]],
+                "threads": args.threads, "width": args.width, "bare": bare, "rows": rows, "loads": loads,
+                **({"load_average": earlier["load_average"]} if "load_average" in earlier else {}),
                 "provenance": provenance("cpu", args.threads, {})}
 
     def enough(result: dict[str, Any]) -> bool:
@@ -197,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             break
         for name in argvs if pair % 2 == 0 else reversed(argvs):
             summaries[name].append(run(argvs[name], None if kept is None else kept / name / f"pair-{pair}.json.gz"))
+        loads.append(os.getloadavg()[0])
         result = tally()
         write(result)  # after every pair: a session that ends mid-way keeps the pairs it made
     if result is None:
