@@ -128,6 +128,7 @@ def report(result: dict[str, Any]) -> str:
              f"under each --overhead-budget vs --measures none; {len(bare)} interleaved pair(s), fitting CPU time, "
              f"{result['threads']} thread(s); bare: {', '.join(f'{b:.1f}' for b in bare)} s; {load}"
              + (f"; pairs go on until each interval is at most ±{result['width']}" if result.get("width") else ""),
+             "",
              "| setting | ratio of each pair | mean ratio [95% interval] | capgeo's CPU share, whole run (median) | "
              "after the protected start (median) | ratio it predicts (median) | agrees | thinned | stride |",
              "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
