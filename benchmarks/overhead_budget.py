@@ -7,17 +7,18 @@
         --max-pairs 1                                                               # a smoke test, no figure to keep
     python -m benchmarks.overhead_budget --report benchmarks/results/budget/sort-hard.json    # a result, as a table
 
-Each round trains the bare run (``--measures none --overhead-budget off``) and one run per setting of
-``--settings`` (default ``measure`` and ``0.03``: every series whole, and the budget), in an order that alternates
-from round to round, on one thread. A measured run's ratio is its fitting CPU time over the bare run's of the same
-round (the summary's ``cpu_seconds``: from the start of fitting, as the budget counts). Rounds go on from
-``--min-pairs`` until every setting's mean ratio has a 95% interval (Student's t) at most ``--width`` either side, or
-until ``--max-pairs``. Each run's summary gives the self-measured figures: capgeo's CPU share over the whole run and
-after the protected start, and the ratio it predicts against the bare run, ``(run + capgeo) / (run + detector)``
-(the bare run keeps the detector that writes its summary). A setting agrees with its pairs when the interval holds
-the median predicted ratio. With ``--out X.json``, each run's summary is kept, packed, in ``X/<setting>/`` (``none``:
-the bare runs), so that anyone can re-score the shares (``python -m benchmarks.overhead_shares line X/0.03``), and
-the same command, run again, goes on from the whole pairs kept there (a session that ended mid-way loses one pair).
+Each round trains the bare run (``--measures none --overhead-budget off``) and one run per setting of ``--settings``
+(default ``measure`` and ``0.03``: every series whole, and the budget), in an order that turns from round to round
+(:func:`run_order`: each run takes each place in turn), on one thread. A measured run's ratio is its fitting CPU time
+over the bare run's of the same round (the summary's ``cpu_seconds``: from the start of fitting, as the budget counts).
+Rounds go on from ``--min-pairs`` until every setting's mean ratio has a 95% interval (Student's t) at most ``--width``
+either side, or until ``--max-pairs``. Each run's summary gives the self-measured figures: capgeo's CPU share over the
+whole run and after the protected start, and the ratio it predicts against the bare run, ``(run + capgeo) / (run +
+detector)`` (the bare run keeps the detector that writes its summary). A setting agrees with its pairs when the interval
+holds the median predicted ratio. With ``--out X.json``, each run's summary is kept, packed, in ``X/<setting>/``
+(``none``: the bare runs), so that anyone can re-score the shares (``python -m benchmarks.overhead_shares line
+X/0.03``), and the same command, run again, goes on from the whole pairs kept there (a session that ended mid-way loses
+one pair).
 Nothing is asserted: run it on a quiet machine, never beside other work.
 """
 
@@ -50,6 +51,14 @@ def run(argv: list[str], keep: Path | None = None) -> dict[str, Any]:
     if keep is not None:
         write_packed(summary, keep)
     return summary
+
+
+def run_order(names: Sequence[str], pair: int) -> list[str]:
+    """The order of the runs of round ``pair``: ``names`` turned by ``pair`` places, so that over ``len(names)``
+    rounds each run is first, middle and last once (a place in the round that runs faster or slower, as a machine's
+    state drifts, weighs on every run alike; two names alternate)."""
+    turn = pair % len(names)
+    return [*names[turn:], *names[:turn]]
 
 
 def interval(values: Sequence[float]) -> tuple[float, float]:
@@ -203,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for pair in range(len(summaries["none"]), args.max_pairs):
         if result is not None and enough(result):
             break
-        for name in argvs if pair % 2 == 0 else reversed(argvs):
+        for name in run_order(list(argvs), pair):
             summaries[name].append(run(argvs[name], None if kept is None else kept / name / f"pair-{pair}.json.gz"))
         loads.append(os.getloadavg()[0])
         result = tally()

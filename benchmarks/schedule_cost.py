@@ -28,7 +28,7 @@ from typing import Any
 
 from benchmarks._timing import apply_timing_args
 from benchmarks.overhead import provenance
-from benchmarks.overhead_budget import interval, run
+from benchmarks.overhead_budget import interval, run, run_order
 from capgeo_callbacks.run.schedule import validation_passes
 from tasks import DIFFICULTIES, TASKS
 from tasks.budgets import budget
@@ -63,7 +63,7 @@ def timed(args: argparse.Namespace) -> dict[str, Any]:
     own: dict[str, list[float]] = {name: [] for name in argvs}
     load = os.getloadavg()
     for pair in range(args.max_pairs):
-        for name in argvs if pair % 2 == 0 else reversed(argvs):
+        for name in run_order(list(argvs), pair):
             own[name].append(run(argvs[name])["overhead"]["run_cpu_seconds"])
         ratios = [s / f for s, f in zip(own["schedule"], own["few"], strict=True)]
         mean, half = interval(ratios)

@@ -153,6 +153,10 @@ def test_overhead_budget_pairs_small_runs_with_each_setting_and_their_own_shares
     assert all(row["mean"] > 0 and math.isinf(row["half_width"]) and row["agrees"] is None for row in result["rows"])
     assert measure["thinned"] == [0] and measure["whole_run"][0] > 0 and measure["predicted"][0] > 1
     assert overhead_budget.interval([1.0, 1.2])[0] == pytest.approx(1.1)
+    # over three rounds each of three runs is first, middle and last once; two alternate
+    orders = [overhead_budget.run_order(["none", "measure", "0.03"], pair) for pair in range(3)]
+    assert all(sorted(order[place] for order in orders) == ["0.03", "measure", "none"] for place in range(3))
+    assert [overhead_budget.run_order(["a", "b"], pair) for pair in range(2)] == [["a", "b"], ["b", "a"]]
     with pytest.raises(ValueError, match="overhead_budget must be"):
         overhead_budget.main(["--settings", "fast"])
 
