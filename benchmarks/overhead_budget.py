@@ -38,6 +38,7 @@ from typing import Any
 import train
 from benchmarks._timing import apply_timing_args
 from benchmarks.overhead import provenance
+from capgeo_callbacks.publish.text import markdown_row
 from capgeo_callbacks.run.budget import overhead_budget_arg
 from capgeo_callbacks.run.reading import capgeo_share
 from capgeo_callbacks.run.summary import read_summary
@@ -138,14 +139,16 @@ def report(result: dict[str, Any]) -> str:
              f"{result['threads']} thread(s); bare: {', '.join(f'{b:.1f}' for b in bare)} s; {load}"
              + (f"; pairs go on until each interval is at most ±{result['width']}" if result.get("width") else ""),
              "",
-             "| setting | ratio of each pair | mean ratio [95% interval] | capgeo's CPU share, whole run (median) | "
-             "after the protected start (median) | ratio it predicts (median) | agrees | thinned | stride |",
-             "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+             markdown_row(["setting", "ratio of each pair", "mean ratio [95% interval]",
+                           "capgeo's CPU share, whole run (median)", "after the protected start (median)",
+                           "ratio it predicts (median)", "agrees", "thinned", "stride"]),
+             markdown_row(["---", "---", "---", "---:", "---:", "---:", "---", "---:", "---:"])]
     for r in result["rows"]:
-        lines.append(f"| {r['setting']} | {', '.join(f'{x:.3f}' for x in r['ratios'])} | {r['mean']:.3f} "
-                     f"[{r['mean'] - r['half_width']:.3f}, {r['mean'] + r['half_width']:.3f}] | "
-                     f"{median(r['whole_run'])} | {median(r['after_start'])} | {median(r['predicted'])} | "
-                     f"{r['agrees']} | {median(r['thinned'])} | {median(r['stride'])} |")
+        lines.append(markdown_row([
+            r["setting"], ", ".join(f"{x:.3f}" for x in r["ratios"]),
+            f"{r['mean']:.3f} [{r['mean'] - r['half_width']:.3f}, {r['mean'] + r['half_width']:.3f}]",
+            median(r["whole_run"]), median(r["after_start"]), median(r["predicted"]), str(r["agrees"]),
+            median(r["thinned"]), median(r["stride"])]))
     return "\n".join(lines)
 
 
@@ -186,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"going on after the {len(summaries['none'])} pair(s) kept in {kept}")
     earlier = json.loads(args.out.read_text()) if summaries["none"] and args.out.is_file() else {}
     loads: list[float] = list(earlier.get("loads", []))[:len(summaries["none"])]  # 1-minute load after each pair
+    made_with = provenance("cpu", args.threads, {})  # this call's code and machine, read once
 
     def tally() -> dict[str, Any]:
         bare = [s["cpu_seconds"] for s in summaries["none"]]
@@ -196,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "parameters": first.get("parameters"), "steps": first["steps"], "measures": args.measures,
                 "threads": args.threads, "width": args.width, "bare": bare, "rows": rows, "loads": loads,
                 **({"load_average": earlier["load_average"]} if "load_average" in earlier else {}),
-                "provenance": provenance("cpu", args.threads, {})}
+                "provenance": made_with}
 
     def enough(result: dict[str, Any]) -> bool:
         return len(result["bare"]) >= args.min_pairs and all(r["half_width"] <= args.width for r in result["rows"])

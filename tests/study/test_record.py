@@ -95,7 +95,7 @@ def test_the_default_alert_follows_the_record(regenerated: dict) -> None:
 def test_the_default_probability_follows_the_twins_answer(regenerated: dict[Path, str]) -> None:
     """The registration's defaults_follow: the geometry joins the default probability's features only where the twins
     show it adds, beyond the margin, on both families; else the default probability is the base model."""
-    from capgeo_callbacks.keys import ACC, LOGPROB, VAL_LOSS
+    from capgeo_callbacks.keys import ACC, ILDR, LOGPROB, PROBE_ACC, RANKME, VAL_LOSS
     from capgeo_callbacks.rules.survival import FEATURES, GLOBAL_NORM
 
     readme = regenerated[summary.ROOT / "README.md"]
@@ -105,3 +105,5 @@ def test_the_default_probability_follows_the_twins_answer(regenerated: dict[Path
     read = {series for alternatives in FEATURES.values() for series in alternatives.split("|")}
     if not adds_on_both:
         assert read <= {ACC, VAL_LOSS, LOGPROB, GLOBAL_NORM}, read
+    else:  # the geometry adds on both families: the default probability reads it
+        assert any(series.startswith((RANKME, PROBE_ACC, ILDR)) for series in read), read
