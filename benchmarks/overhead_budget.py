@@ -9,8 +9,9 @@
 
 Each round trains the bare run (``--measures none --overhead-budget off``) and one run per setting of ``--settings``
 (default ``measure`` and ``0.03``: every series whole, and the budget), in an order that turns from round to round
-(:func:`run_order`: each run takes each place in turn), on one thread. A measured run's ratio is its fitting CPU time
-over the bare run's of the same round (the summary's ``cpu_seconds``: from the start of fitting, as the budget counts).
+(:func:`benchmarks._pairs.run_order`: each run takes each place in turn), on one thread. A measured run's ratio is
+its fitting CPU time over the bare run's of the same round (the summary's ``cpu_seconds``: from the start of fitting,
+as the budget counts).
 Rounds go on from ``--min-pairs`` until every setting's mean ratio has a 95% interval (Student's t) at most ``--width``
 either side, or until ``--max-pairs``. Each run's summary gives the self-measured figures: capgeo's CPU share over the
 whole run and after the protected start, and the ratio it predicts against the bare run, ``(run + capgeo) / (run +
@@ -25,51 +26,20 @@ Nothing is asserted: run it on a quiet machine, never beside other work.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
 import statistics
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import train
+from benchmarks._pairs import Runs, calls_of, calls_text, interval, kept_pairs, more_pairs, with_call
 from benchmarks._timing import apply_timing_args
 from benchmarks.overhead import provenance
 from capgeo_callbacks.publish.text import markdown_row
 from capgeo_callbacks.run.budget import overhead_budget_arg
 from capgeo_callbacks.run.reading import capgeo_share
-from capgeo_callbacks.run.summary import read_summary
-from study.phases.corpus import write_packed
-
-
-def run(argv: list[str], keep: Path | None = None) -> dict[str, Any]:
-    """``train.py`` on ``argv`` in a folder of its own; its summary returned, and packed into ``keep`` if given."""
-    with tempfile.TemporaryDirectory() as logdir:
-        summary = train.main([*argv, "--logdir", logdir, "--no-progress"])
-    if keep is not None:
-        write_packed(summary, keep)
-    return summary
-
-
-def run_order(names: Sequence[str], pair: int) -> list[str]:
-    """The order of the runs of round ``pair``: ``names`` turned by ``pair`` places, so that over ``len(names)``
-    rounds each run is first, middle and last once (a place in the round that runs faster or slower, as a machine's
-    state drifts, weighs on every run alike; two names alternate)."""
-    turn = pair % len(names)
-    return [*names[turn:], *names[:turn]]
-
-
-def interval(values: Sequence[float]) -> tuple[float, float]:
-    """The mean of ``values`` and the half-width of its 95% interval (Student's t; inf below two values)."""
-    from scipy.stats import t
-
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.inf
-    return mean, float(t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def predicted_ratio(summary: dict[str, Any]) -> float | None:
@@ -102,26 +72,6 @@ def median(values: list[Any]) -> str:
     return f"{statistics.median(found):.4f}" if found else "-"
 
 
-def kept_pairs(folder: Path, names: Sequence[str], task: str, difficulty: str) -> dict[str, list[dict[str, Any]]]:
-    """The whole pairs an earlier call kept in ``folder`` (each name's run of the pair), in order: a benchmark that a
-    session's end cut off goes on from them. A kept run of another level, or under another setting, is an error."""
-    found: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    for pair in itertools.count():
-        paths = {name: folder / name / f"pair-{pair}.json.gz" for name in names}
-        if not all(path.is_file() for path in paths.values()):
-            return found
-        for name, path in paths.items():
-            summary = read_summary(path)
-            setting = str((summary.get("overhead") or {}).get("setting", "off"))
-            if (summary.get("task"), summary.get("difficulty")) != (task, difficulty) or \
-                    (name != "none" and setting != name):
-                raise SystemExit(f"{path} is a run of {summary.get('task')}/{summary.get('difficulty')} under "
-                                 f"--overhead-budget {setting}, not of {task}/{difficulty} under {name}: give "
-                                 "another --out")
-            found[name].append(summary)
-    return found
-
-
 def report(result: dict[str, Any]) -> str:
     """A result (what ``--out`` writes) in words and a Markdown table: each setting's pairs, their mean ratio and
     its interval, and what the measured runs said of themselves."""
@@ -134,10 +84,13 @@ def report(result: dict[str, Any]) -> str:
     else:
         load = "load not recorded"
     size = f", size {result['size']} ({result['parameters'] / 1e6:.1f}M parameters)" if result.get("parameters") else ""
-    lines = [f"{result['task']}/{result['difficulty']}{size}, {result['steps']} steps, --measures {result['measures']} "
+    points = f" ({result['eval_points']} evaluation points)" if result.get("eval_points") else ""
+    lines = [f"{result['task']}/{result['difficulty']}{size}, {result['steps']} steps{points}, --measures "
+             f"{result['measures']} "
              f"under each --overhead-budget vs --measures none; {len(bare)} interleaved pair(s), fitting CPU time, "
              f"{result['threads']} thread(s); bare: {', '.join(f'{b:.1f}' for b in bare)} s; {load}"
-             + (f"; pairs go on until each interval is at most ±{result['width']}" if result.get("width") else ""),
+             + (f"; pairs go on until each interval is at most ±{result['width']}" if result.get("width") else "")
+             + (f"; {calls_text(result['calls'])}" if result.get("calls") else ""),
              "",
              markdown_row(["setting", "ratio of each pair", "mean ratio [95% interval]",
                            "capgeo's CPU share, whole run (median)", "after the protected start (median)",
@@ -159,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--size", default="", help="the model's size, a key of models.SIZES (default: the level's)")
     parser.add_argument("--max-steps", type=int, default=0, help="the run's budget (0: the level's)")
     parser.add_argument("--stop-at-step", type=int, default=0, help="stop early (0: the whole run)")
+    parser.add_argument("--eval-points", type=int, default=0, help="the schedule's evaluations, the same in every run "
+                                                                    "(0: train.py's default)")
     parser.add_argument("--settings", nargs="+", default=["measure", "0.03"], help="--overhead-budget values")
     parser.add_argument("--measures", default="default", help="train.py --measures of the measured runs")
     parser.add_argument("--min-pairs", type=int, default=5)
@@ -180,49 +135,54 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     base = ["--task", args.task, "--difficulty", args.difficulty, *(["--size", args.size] if args.size else []),
             *(["--max-steps", str(args.max_steps)] if args.max_steps else []),
-            *(["--stop-at-step", str(args.stop_at_step)] if args.stop_at_step else [])]
+            *(["--stop-at-step", str(args.stop_at_step)] if args.stop_at_step else []),
+            *(["--eval-points", str(args.eval_points)] if args.eval_points else [])]
     argvs = {"none": [*base, "--measures", "none", "--overhead-budget", "off"],
              **{s: [*base, "--measures", args.measures, "--overhead-budget", s] for s in args.settings}}
     kept = None if args.out is None else args.out.with_suffix("")
-    summaries = {name: [] for name in argvs} if kept is None else kept_pairs(kept, argvs, args.task, args.difficulty)
+    given = {field: value for field, value in (("size", args.size), ("max_steps", args.max_steps),
+                                                ("stop_at_step", args.stop_at_step), ("eval_points", args.eval_points))
+             if value}
+    expected = {name: {"task": args.task, "difficulty": args.difficulty, **given,
+                       "overhead_budget": overhead_budget_arg("off" if name == "none" else name)} for name in argvs}
+    summaries: Runs = {name: [] for name in argvs} if kept is None else kept_pairs(kept, expected)
     if summaries["none"]:
         print(f"going on after the {len(summaries['none'])} pair(s) kept in {kept}")
     earlier = json.loads(args.out.read_text()) if summaries["none"] and args.out.is_file() else {}
     loads: list[float] = list(earlier.get("loads", []))[:len(summaries["none"])]  # 1-minute load after each pair
     made_with = provenance("cpu", args.threads, {})  # this call's code and machine, read once
+    n_kept, calls = len(summaries["none"]), calls_of(earlier, len(summaries["none"]))
 
-    def tally() -> dict[str, Any]:
-        bare = [s["cpu_seconds"] for s in summaries["none"]]
-        rows = [row(s, [m["cpu_seconds"] / n for m, n in zip(summaries[s], bare, strict=True)], summaries[s])
+    def tally(runs: Runs) -> dict[str, Any]:
+        bare = [s["cpu_seconds"] for s in runs["none"]]
+        rows = [row(s, [m["cpu_seconds"] / n for m, n in zip(runs[s], bare, strict=True)], runs[s])
                 for s in args.settings]
-        first = summaries["none"][0]
+        first = runs["none"][0]
         return {"task": args.task, "difficulty": args.difficulty, "size": first.get("size"),
-                "parameters": first.get("parameters"), "steps": first["steps"], "measures": args.measures,
+                "parameters": first.get("parameters"), "steps": first["steps"],
+                "eval_points": first.get("eval_points"), "measures": args.measures,
                 "threads": args.threads, "width": args.width, "bare": bare, "rows": rows, "loads": loads,
                 **({"load_average": earlier["load_average"]} if "load_average" in earlier else {}),
-                "provenance": made_with}
+                "calls": with_call(calls, n_kept, len(bare), made_with), "provenance": made_with}
 
-    def enough(result: dict[str, Any]) -> bool:
-        return len(result["bare"]) >= args.min_pairs and all(r["half_width"] <= args.width for r in result["rows"])
+    def enough(runs: Runs) -> bool:
+        return len(runs["none"]) >= args.min_pairs and all(r["half_width"] <= args.width for r in tally(runs)["rows"])
 
-    def write(result: dict[str, Any]) -> None:
+    def write(runs: Runs) -> None:
         if args.out is not None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(result, indent=1, default=str))
+            args.out.write_text(json.dumps(tally(runs), indent=1, default=str))
 
-    result = tally() if summaries["none"] else None
-    if result is not None:
-        write(result)  # the kept pairs, as this version of the benchmark tallies them
-    for pair in range(len(summaries["none"]), args.max_pairs):
-        if result is not None and enough(result):
-            break
-        for name in run_order(list(argvs), pair):
-            summaries[name].append(run(argvs[name], None if kept is None else kept / name / f"pair-{pair}.json.gz"))
+    def after_pair(runs: Runs) -> None:
         loads.append(os.getloadavg()[0])
-        result = tally()
-        write(result)  # after every pair: a session that ends mid-way keeps the pairs it made
-    if result is None:
+        write(runs)  # after every pair: a session that ends mid-way keeps the pairs it made
+
+    if summaries["none"]:
+        write(summaries)  # the kept pairs, as this version of the benchmark tallies them
+    more_pairs(summaries, argvs, kept, max_pairs=args.max_pairs, enough=enough, after_pair=after_pair)
+    if not summaries["none"]:
         raise SystemExit("no pair made: --max-pairs must be at least 1")
+    result = tally(summaries)
     print(report(result))
     return result
 

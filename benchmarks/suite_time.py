@@ -4,9 +4,9 @@
     python -m benchmarks.suite_time line benchmarks/results/suite-time.json
 
 ``run`` runs each command once, in turn, from the checkout (a quiet machine: nothing else in flight; a loaded one
-doubles the time), and records pytest's own closing line (its counts and its seconds) with the commit and the
-machine given; ``line`` prints the README's sentence from that record, beside each target (the commit stays in
-the record: a user page names none). Each time is pytest's
+doubles the time), and records pytest's own closing line (its counts and its seconds) and its slowest tests
+(``--durations``: where the time goes) with the commit and the machine given; ``line`` prints the README's sentence
+from that record, beside each target (the commit stays in the record: a user page names none). Each time is pytest's
 own, not the interpreter's start.
 """
 
@@ -26,6 +26,8 @@ TIERS = {  # name: (the README's command's pytest arguments, the target in secon
     "the whole suite": (("-q", "-n", "auto"), 360),
     "the quick tier": (("-q", "-n", "auto", "-m", "not slow"), 90),
 }
+SLOWEST = 30  # the slowest tests (setup, call or teardown) each tier's record keeps: where the time goes
+DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>setup|call|teardown)\s+(?P<test>\S.*?)\s*$", re.M)
 CLOSING = re.compile(r"^=*\s*(?P<counts>\d+ (?:passed|failed)[^=]*?) in (?P<seconds>[\d.]+)s", re.M)
 
 
@@ -35,6 +37,11 @@ def closing_line(output: str) -> tuple[str, float]:
     if not found:
         raise ValueError("no closing line of pytest ('N passed ... in S s') in its output")
     return found[-1]["counts"].strip(), float(found[-1]["seconds"])
+
+
+def slowest(output: str) -> list[dict[str, Any]]:
+    """pytest's "slowest durations" (``--durations``): each phase's seconds, the phase and the test, slowest first."""
+    return [{"seconds": float(m["seconds"]), "when": m["when"], "test": m["test"]} for m in DURATION.finditer(output)]
 
 
 def run_count(counts: str) -> int:
@@ -47,12 +54,13 @@ def run(machine: str) -> dict[str, Any]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     found: dict[str, Any] = {"machine": machine, "commit": commit.strip(), "tiers": {}}
     for name, (arguments, target) in TIERS.items():
-        done = subprocess.run([sys.executable, "-m", "pytest", *arguments, "-p", "no:cacheprovider"], cwd=ROOT,
-                              capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "pytest", *arguments, "-p", "no:cacheprovider",
+                               f"--durations={SLOWEST}"], cwd=ROOT, capture_output=True, text=True)
         counts, seconds = closing_line(done.stdout)
         found["tiers"][name] = {"command": "python -m pytest " + " ".join(repr(a) if " " in a else a
                                                                          for a in arguments),
-                                "closing": counts, "seconds": seconds, "target": target}
+                                "closing": counts, "seconds": seconds, "target": target,
+                                "slowest": slowest(done.stdout)}
     return found
 
 

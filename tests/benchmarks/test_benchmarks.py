@@ -61,6 +61,8 @@ def test_rankme_monitor_logs_rankme_of_the_captured_rows(capsys: pytest.CaptureF
     assert result["layers"] == ["model.blocks.0", "model.blocks.1", "model.norm_f"]
     assert result["rel_diff"] == 0.0
     assert result["ratio"] > 0 and len(result["times"]["own"]) == 1  # the monitor's own time, clocked inside it
+    assert len(result["times"]["own_alone"]) == 1 and result["with_ildr"] > 0  # RankMe's alone; and with ILDR
+    assert any(tag.startswith("ildr/") for tag in result["logged"])  # ILDR's values checked against ildr() too
     assert "ratio monitor / mathematics" in capsys.readouterr().out
 
 
@@ -146,31 +148,68 @@ def test_overhead_budget_pairs_small_runs_with_each_setting_and_their_own_shares
              "measure", "0.01", "--min-pairs", "1", "--max-pairs", "1", "--out", str(out)]
     assert overhead_budget.main(again)["bare"] == result["bare"]
     assert "going on after the 1 pair(s) kept" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="is a run of mod/hard under --overhead-budget off, not of copy/hard"):
+    with pytest.raises(SystemExit, match="is a run of mod/hard with task 'mod', not the 'copy' asked for 'none'"):
         overhead_budget.main([*again[:-2], "--task", "copy", "--out", str(out)])
     measure, tiny = result["rows"]
     assert (measure["setting"], tiny["setting"]) == ("measure", "0.01") and len(result["bare"]) == 1
     assert all(row["mean"] > 0 and math.isinf(row["half_width"]) and row["agrees"] is None for row in result["rows"])
     assert measure["thinned"] == [0] and measure["whole_run"][0] > 0 and measure["predicted"][0] > 1
-    assert overhead_budget.interval([1.0, 1.2])[0] == pytest.approx(1.1)
-    # over three rounds each of three runs is first, middle and last once; two alternate
-    orders = [overhead_budget.run_order(["none", "measure", "0.03"], pair) for pair in range(3)]
-    assert all(sorted(order[place] for order in orders) == ["0.03", "measure", "none"] for place in range(3))
-    assert [overhead_budget.run_order(["a", "b"], pair) for pair in range(2)] == [["a", "b"], ["b", "a"]]
+    with pytest.raises(SystemExit, match="holds runs of '0.01', not asked for here"):
+        overhead_budget.main([*again[:-7], "0.02", *again[-6:]])  # another setting under the same --out
     with pytest.raises(ValueError, match="overhead_budget must be"):
         overhead_budget.main(["--settings", "fast"])
 
 
 @pytest.mark.slow
-def test_schedule_cost_counts_the_passes_and_times_a_tiny_pair(capsys: pytest.CaptureFixture[str]) -> None:
+def test_schedule_cost_counts_the_passes_and_times_a_tiny_pair(capsys: pytest.CaptureFixture[str],
+                                                                tmp_path: Path) -> None:
     from benchmarks import schedule_cost
+    from capgeo_callbacks.run.summary import read_summary
 
     schedule_cost.main(["passes"])
     assert "makes 256 validation passes" in capsys.readouterr().out
-    result = schedule_cost.main(["time", "--task", "mod", "--difficulty", "hard", "--max-steps", "20",
-                                 "--min-pairs", "1", "--max-pairs", "1"])
+    out = tmp_path / "schedule.json"
+    command = ["time", "--task", "mod", "--difficulty", "hard", "--max-steps", "20", "--min-pairs", "1",
+               "--max-pairs", "1", "--out", str(out)]
+    result = schedule_cost.main(command)
     assert result["passes_added"] == 21 - 3 and len(result["ratios"]) == 1 and result["ratios"][0] > 0
-    assert "passes added by the schedule" in capsys.readouterr().out
+    assert result["ratios"][0] == result["own"]["schedule"][0] / result["own"]["few"][0]
+    assert "validation passes beyond the 3" in capsys.readouterr().out
+    # each run kept beside the result, with its schedule; called again, it goes on from them (none left to make)
+    assert read_summary(tmp_path / "schedule" / "few" / "pair-0.json.gz")["eval_points"] == 1
+    assert schedule_cost.main(command)["own"] == result["own"]
+    assert "going on after the 1 pair(s) kept" in capsys.readouterr().out
+    assert schedule_cost.main(["report", str(out)])["ratios"] == result["ratios"]
+    assert "18 validation passes beyond the 3" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="with max_steps 20, not the 30 asked"):
+        schedule_cost.main([*command[:6], "30", *command[7:]])
+
+
+def test_pairs_turn_the_order_and_give_an_interval() -> None:
+    from benchmarks._pairs import interval, run_order
+
+    mean, half = interval([1.0, 1.2])
+    assert mean == pytest.approx(1.1) and half == pytest.approx(12.706 * 0.1414 / 1.4142, rel=1e-3)
+    assert math.isinf(interval([1.0])[1])
+    # over three rounds each of three runs is first, middle and last once; two alternate
+    orders = [run_order(["none", "measure", "0.03"], pair) for pair in range(3)]
+    assert all(sorted(order[place] for order in orders) == ["0.03", "measure", "none"] for place in range(3))
+    assert [run_order(["a", "b"], pair) for pair in range(2)] == [["a", "b"], ["b", "a"]]
+
+
+def test_pairs_made_over_several_calls_say_where_each_was_made() -> None:
+    from benchmarks._pairs import calls_of, calls_text, with_call
+
+    amd = {"commit": "ea04d064a9", "machine": {"cpu": "AMD EPYC"}}
+    intel = {"commit": "a89e4a1b43", "machine": {"cpu": "Intel Xeon"}}
+    # an earlier version's result holds one provenance: the call that made every kept pair
+    calls = with_call(calls_of({"provenance": amd}, 5), 5, 7, intel)
+    assert [call["pairs"] for call in calls] == [[0, 5], [5, 7]]
+    assert calls_text(calls) == "pairs 1-5 on AMD EPYC at ea04d06; pairs 6-7 on Intel Xeon at a89e4a1"
+    # going on after 6 kept pairs (a seventh was lost with its session): the calls are cut to the pairs kept
+    assert [call["pairs"] for call in calls_of({"calls": calls}, 6)] == [[0, 5], [5, 6]]
+    assert calls_text(with_call(calls_of({"calls": calls}, 5), 5, 6, amd)).endswith("pair 6 on AMD EPYC at ea04d06")
+    assert calls_of({}, 0) == [] and with_call([], 3, 3, amd) == []  # a call that made no pair is not one
 
 
 def test_overhead_tables_from_results_files(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:

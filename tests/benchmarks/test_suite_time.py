@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.suite_time import closing_line, line, run_count
+from benchmarks.suite_time import closing_line, line, run_count, slowest
 
 
 def test_pytest_closing_lines_are_read_with_their_counts_and_seconds() -> None:
@@ -25,3 +25,17 @@ def test_the_sentence_says_each_tier_within_or_over_its_target_with_its_failures
     assert line(found) == ("Timed alone on a 2-core CPU (nothing else in flight): the whole suite 371 s of pytest "
                            "(100 tests, 1 failed; over its target of 360 s), the quick tier 60 s of pytest "
                            "(80 tests; within its target of 90 s).")
+
+
+def test_the_slowest_tests_are_read_from_pytests_durations() -> None:
+    output = ("============================= slowest 30 durations =============================\n"
+              "219.07s call     tests/study/test_record.py::test_the_record_is_regenerated\n"
+              "12.50s setup    tests/examples/test_examples.py::test_own_model[case 1]\n"
+              "0.01s teardown tests/test_train.py::test_x\n"
+              "(3 durations < 0.005s hidden.  Use -vv to show these durations.)\n"
+              "1 passed in 231.00s (0:03:51)\n")
+    assert slowest(output) == [
+        {"seconds": 219.07, "when": "call", "test": "tests/study/test_record.py::test_the_record_is_regenerated"},
+        {"seconds": 12.5, "when": "setup", "test": "tests/examples/test_examples.py::test_own_model[case 1]"},
+        {"seconds": 0.01, "when": "teardown", "test": "tests/test_train.py::test_x"}]
+    assert slowest("1 passed in 1.00s\n") == []
