@@ -157,13 +157,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         bare = [s["cpu_seconds"] for s in runs["none"]]
         rows = [row(s, [m["cpu_seconds"] / n for m, n in zip(runs[s], bare, strict=True)], runs[s])
                 for s in args.settings]
-        first = runs["none"][0]
+        first, made = runs["none"][0], with_call(calls, n_kept, len(bare), made_with)  # the last gives "provenance"
         return {"task": args.task, "difficulty": args.difficulty, "size": first.get("size"),
                 "parameters": first.get("parameters"), "steps": first["steps"],
                 "eval_points": first.get("eval_points"), "measures": args.measures,
                 "threads": args.threads, "width": args.width, "bare": bare, "rows": rows, "loads": loads,
                 **({"load_average": earlier["load_average"]} if "load_average" in earlier else {}),
-                "calls": with_call(calls, n_kept, len(bare), made_with), "provenance": made_with}
+                "calls": made, "provenance": made[-1]["provenance"] if made else made_with}
 
     def enough(runs: Runs) -> bool:
         return len(runs["none"]) >= args.min_pairs and all(r["half_width"] <= args.width for r in tally(runs)["rows"])

@@ -97,9 +97,10 @@ def timed(args: argparse.Namespace) -> dict[str, Any]:
         ratios = [s / f for s, f in zip(own["schedule"], own["few"], strict=True)]
         mean, half = interval(ratios)
         per_pass = (statistics.median(own["schedule"]) - statistics.median(own["few"])) / added
+        made = with_call(calls, n_kept, len(ratios), made_with)  # the last that made pairs gives "provenance"
         return {"task": args.task, "difficulty": args.difficulty, "steps": steps, "passes_added": added, "own": own,
                 "ratios": ratios, "mean": mean, "half_width": half, "seconds_per_pass": per_pass, "loads": loads,
-                "width": args.width, "calls": with_call(calls, n_kept, len(ratios), made_with), "provenance": made_with}
+                "width": args.width, "calls": made, "provenance": made[-1]["provenance"] if made else made_with}
 
     def enough(runs: Runs) -> bool:
         return len(runs["few"]) >= args.min_pairs and tally(runs)["half_width"] <= args.width
