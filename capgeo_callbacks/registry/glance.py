@@ -53,7 +53,8 @@ OTHER_CALLBACKS: tuple[CallbackRow, ...] = (
         "a budget: `max_steps` or `max_epochs` on the Trainer (or `steps=`)",
         "none (the validations log what your module logs)",
         "the validations it schedules, apart from capgeo's measuring: `points` (256) passes whatever the run's "
-        "length, where Lightning's default makes one an epoch",
+        "length, where Lightning's default makes one an epoch; each costs a validation pass of your model (their "
+        "time on the main command: [Overhead](overhead.md#what-the-evaluation-schedule-adds))",
         "about `points` validations over the run (256)"),
     CallbackRow(
         "StepProgressBar",
