@@ -74,7 +74,8 @@ def median(values: list[Any]) -> str:
 
 def report(result: dict[str, Any]) -> str:
     """A result (what ``--out`` writes) in words and a Markdown table: each setting's pairs, their mean ratio and
-    its interval, and what the measured runs said of themselves."""
+    its interval (what agreement is judged on), their median ratio (beside it: one pair whose bare run ran fast moves
+    the mean of every setting) and what the measured runs said of themselves."""
     bare = result["bare"]
     if result.get("loads"):
         load = f"1-minute load after each of the last {len(result['loads'])} pair(s): " + \
@@ -92,15 +93,15 @@ def report(result: dict[str, Any]) -> str:
              + (f"; pairs go on until each interval is at most ±{result['width']}" if result.get("width") else "")
              + (f"; {calls_text(result['calls'])}" if result.get("calls") else ""),
              "",
-             markdown_row(["setting", "ratio of each pair", "mean ratio [95% interval]",
+             markdown_row(["setting", "ratio of each pair", "mean ratio [95% interval]", "median ratio",
                            "capgeo's CPU share, whole run (median)", "after the protected start (median)",
                            "ratio it predicts (median)", "agrees", "thinned", "stride"]),
-             markdown_row(["---", "---", "---", "---:", "---:", "---:", "---", "---:", "---:"])]
+             markdown_row(["---", "---", "---", "---:", "---:", "---:", "---:", "---", "---:", "---:"])]
     for r in result["rows"]:
         lines.append(markdown_row([
             r["setting"], ", ".join(f"{x:.3f}" for x in r["ratios"]),
             f"{r['mean']:.3f} [{r['mean'] - r['half_width']:.3f}, {r['mean'] + r['half_width']:.3f}]",
-            median(r["whole_run"]), median(r["after_start"]), median(r["predicted"]), str(r["agrees"]),
+            median(r["ratios"]), median(r["whole_run"]), median(r["after_start"]), median(r["predicted"]), str(r["agrees"]),
             median(r["thinned"]), median(r["stride"])]))
     return "\n".join(lines)
 

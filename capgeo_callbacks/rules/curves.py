@@ -54,7 +54,7 @@ FAMILIES: dict[str, tuple[Callable[..., np.ndarray], Callable[[np.ndarray], list
 }
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=2048)  # offline scoring replays the same prefixes of a run on every page that reads it
 def fit_curve_families(steps: tuple[int, ...], acc: tuple[float, ...], max_steps: int | None,
                        warmup_steps: int | None, families: tuple[str, ...], draws: int, seed: int,
                        threshold: float) -> tuple[float, float, float] | None:

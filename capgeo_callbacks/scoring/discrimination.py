@@ -91,12 +91,25 @@ class Auroc:
         return f"{self.value:.2f} [{self.low:.2f}, {self.high:.2f}] {n}"
 
 
-def _u_share(positives: np.ndarray, negatives: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The AUROC as the Mann-Whitney U of the positives over the product of the group sizes (ties count half)."""
-    from scipy.stats import mannwhitneyu
+_PAIRS_PER_CHUNK = 2**24  # resamples' pair comparisons held at once (tens of MB of booleans)
 
-    u = mannwhitneyu(positives, negatives, axis=axis, method="asymptotic").statistic
-    return u / (positives.shape[axis] * negatives.shape[axis])
+
+def _u_share(positives: np.ndarray, negatives: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The AUROC as the Mann-Whitney U of the positives over the product of the group sizes (ties count half), along
+    ``axis`` of any batch of resamples: every positive compared with every negative. The same U as
+    ``scipy.stats.mannwhitneyu`` (multiples of one half, exact in float64), without ranking each resample: three times
+    faster on the bootstrap's 9999 resamples of a few dozen runs."""
+    pos, neg = np.moveaxis(positives, axis, -1), np.moveaxis(negatives, axis, -1)
+    batch = np.broadcast_shapes(pos.shape[:-1], neg.shape[:-1])
+    n1, n0 = pos.shape[-1], neg.shape[-1]
+    pos = np.broadcast_to(pos, (*batch, n1)).reshape(-1, n1, 1)
+    neg = np.broadcast_to(neg, (*batch, n0)).reshape(-1, 1, n0)
+    u = np.empty(pos.shape[0])
+    chunk = max(1, _PAIRS_PER_CHUNK // (n1 * n0))
+    for start in range(0, len(u), chunk):
+        p, n = pos[start:start + chunk], neg[start:start + chunk]
+        u[start:start + chunk] = np.count_nonzero(p > n, axis=(1, 2)) + 0.5 * np.count_nonzero(p == n, axis=(1, 2))
+    return (u / (n1 * n0)).reshape(batch)
 
 
 def auroc(positives: Sequence[float], negatives: Sequence[float], seed: int = 0, interval: bool = True) -> Auroc:

@@ -260,21 +260,28 @@ def _label_rows(corpus: Path) -> tuple[dict[str, Any], ...]:
     return tuple(rows)
 
 
+@functools.cache  # runs of one seed share a validation set: its chance level is computed once
+def _chance(task: str, difficulty: str, params: str, shuffled: bool, datamodule: str) -> Any:
+    """The present chance level of a validation set, given as ``relabelled`` reads it from a summary (JSON texts)."""
+    from tasks.chance import chance_level
+
+    return chance_level(tasks.make_datamodule(task, difficulty, params=json.loads(params), shuffle_answers=shuffled,
+                                              **json.loads(datamodule)))
+
+
 def relabelled(summary: dict[str, Any]) -> dict[str, Any]:
     """A run's labels, recomputed from its series with the present definitions; a run never acquired is held to
     the present chance level (tasks/chance.py), which can differ from the one it recorded when it ran."""
     from capgeo_callbacks.detection import DetectionSettings, label_run, split_points
-    from tasks.chance import chance_level
 
     series = summary.get("series") or {}
     steps, acc = split_points([p for p in series.get("acc", []) if p[1] is not None])
     chance = None
     never = (summary.get("labels") or {}).get("acquisition_step") is None
     if summary.get("task") in tasks.TASKS and summary.get("datamodule") and never:
-        dm = tasks.make_datamodule(summary["task"], summary["difficulty"], params=summary.get("task_params"),
-                                   shuffle_answers=bool(summary.get("shuffled_answers")),
-                                   **{k: v for k, v in summary["datamodule"].items() if k != "eval_batch_size"})
-        chance = chance_level(dm)
+        datamodule = {k: v for k, v in summary["datamodule"].items() if k != "eval_batch_size"}
+        chance = _chance(summary["task"], summary["difficulty"], json.dumps(summary.get("task_params"), sort_keys=True),
+                         bool(summary.get("shuffled_answers")), json.dumps(datamodule, sort_keys=True))
     if chance is None and summary.get("chance"):
         from capgeo_callbacks.detection import Chance
 
