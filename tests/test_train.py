@@ -158,8 +158,8 @@ def test_runs_started_at_once_into_one_folder_do_not_race(tmp_path) -> None:
     """Each process writes a probe file of its own: with a fixed name, one deleted another's and died."""
     import multiprocessing
 
-    # forked: six processes at once without six imports of torch and Lightning (check_logdir touches neither)
-    with multiprocessing.get_context("fork").Pool(6) as pool:
+    # spawned, not forked: a worker that runs Ray's tests holds threads, and a fork of it can hang on their locks
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
         assert pool.map(_probe_many, [str(tmp_path)] * 6) == [0] * 6
     assert list(tmp_path.iterdir()) == []  # no probe left behind
 
