@@ -101,8 +101,8 @@ def report(result: dict[str, Any]) -> str:
         lines.append(markdown_row([
             r["setting"], ", ".join(f"{x:.3f}" for x in r["ratios"]),
             f"{r['mean']:.3f} [{r['mean'] - r['half_width']:.3f}, {r['mean'] + r['half_width']:.3f}]",
-            median(r["ratios"]), median(r["whole_run"]), median(r["after_start"]), median(r["predicted"]), str(r["agrees"]),
-            median(r["thinned"]), median(r["stride"])]))
+            median(r["ratios"]), median(r["whole_run"]), median(r["after_start"]), median(r["predicted"]),
+            str(r["agrees"]), median(r["thinned"]), median(r["stride"])]))
     return "\n".join(lines)
 
 
