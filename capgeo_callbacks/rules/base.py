@@ -287,6 +287,21 @@ class Rule(ABC):
         """The rule :meth:`settings` describes."""
         return cls(**settings)
 
+    def first_run_alert(self, run: RunView, prefixes: Sequence[RunView] | None = None) -> Alert | None:
+        """The first run alert this rule raises on ``run`` replayed evaluation by evaluation (through
+        :func:`rule_output`, as live), or None. ``prefixes``: the run's views at each evaluation, made once where
+        several rules replay one run. A rule whose alert at an evaluation depends on the series so far alone may
+        find it in one pass over the whole run instead; it must find the same alert."""
+        alerts: list[Alert] = []
+        views = prefixes if prefixes is not None else (run.prefix(end) for end in range(1, len(run.steps) + 1))
+        for view in views:
+            output = rule_output(self, view, alerts)
+            alerts += output.alerts
+            fired = [alert for alert in output.alerts if alert.kind == "run"]
+            if fired:
+                return fired[0]
+        return None
+
     def alert(self, run: RunView, evidence: str, layer: str = "") -> Alert:
         """A run alert of this rule at the latest evaluation, with its evidence in words."""
         return Alert(kind="run", layer=layer, step=run.step, rule=self.name, evidence=evidence)

@@ -72,24 +72,50 @@ class FallFromPeakRule(Rule):
         return tags[-1:] if self.layer == "deepest" else tags if self.layer == "any" else \
             [tag for tag in tags if tag == f"{self.key}{self.layer}"]
 
+    def _fallen(self, run: RunView, tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``tag`` over ``run``: where it is measured (``keep``, per evaluation), its measured values, their highest
+        value so far, and whether the rule holds with each measured value the latest (``held`` in a row fallen)."""
+        values = np.asarray(run.values(tag), dtype=float)
+        keep = np.isfinite(values) & (np.asarray(run.steps) >= self.ignore_steps)
+        kept = values[keep]
+        peaks = np.maximum.accumulate(kept)
+        fallen = (peaks > 0) & (kept <= (1.0 - self.fall) * peaks)
+        in_a_row = np.concatenate([[0], np.cumsum(fallen)])
+        holds = np.arange(1, len(kept) + 1) >= self.held
+        holds[holds] = (in_a_row[self.held:] - in_a_row[:-self.held]) == self.held
+        return keep, kept, peaks, holds
+
+    def _alert(self, run: RunView, tag: str, kept: float, peak: float) -> Alert:
+        layer = tag[len(self.key):] if self.key.endswith("/") else ""
+        return self.alert(run, f"{tag} at {kept:.4g}, at least {self.fall:.0%} below its highest value {peak:.4g} "
+                               f"for {self.held} value{'s' if self.held > 1 else ''}", layer=layer)
+
     def update(self, run: RunView, raised: Sequence[Alert]) -> RuleOutput:
         if raised:
             return RuleOutput()
-        steps = np.asarray(run.steps)
         for tag in self._tags(run):
-            values = np.asarray(run.values(tag), dtype=float)
-            keep = np.isfinite(values) & (steps >= self.ignore_steps)
-            if not keep[-1] or keep.sum() < self.held:
-                continue  # no value at this evaluation, or too few yet
-            kept = values[keep]
-            peaks = np.maximum.accumulate(kept)
-            fallen = (peaks > 0) & (kept <= (1.0 - self.fall) * peaks)
-            if fallen[-self.held:].all():
-                layer = tag[len(self.key):] if self.key.endswith("/") else ""
-                return RuleOutput(alerts=[self.alert(
-                    run, f"{tag} at {kept[-1]:.4g}, at least {self.fall:.0%} below its highest value {peaks[-1]:.4g} "
-                         f"for {self.held} value{'s' if self.held > 1 else ''}", layer=layer)])
+            keep, kept, peaks, holds = self._fallen(run, tag)
+            if keep[-1] and holds[-1]:  # a value at this evaluation, the latest of held fallen in a row
+                return RuleOutput(alerts=[self._alert(run, tag, kept[-1], peaks[-1])])
         return RuleOutput()
+
+    def first_run_alert(self, run: RunView, prefixes: Sequence[RunView] | None = None) -> Alert | None:
+        """The first alert of a replay, in one pass: the rule holds at an evaluation on the series so far alone
+        (the peak is the highest value so far), so the earliest evaluation where a tag holds is the replay's, and at
+        that evaluation the first such tag in ``_tags``' order."""
+        first: tuple[int, str, float, float] | None = None
+        for tag in self._tags(run):
+            keep, kept, peaks, holds = self._fallen(run, tag)
+            found = np.flatnonzero(holds)
+            if len(found):
+                j = found[0]
+                end = int(np.flatnonzero(keep)[j])  # the evaluation of the j-th measured value
+                if first is None or end < first[0]:
+                    first = end, tag, kept[j], peaks[j]
+        if first is None:
+            return None
+        end, tag, value, peak = first
+        return self._alert(run.prefix(end + 1), tag, value, peak)
 
     def settings(self) -> dict[str, Any]:
         return {"key": self.key, "fall": self.fall, "held": self.held, "ignore_steps": self.ignore_steps,

@@ -203,17 +203,9 @@ def distinct(items: Sequence[Item], summary: Callable[[Item], Mapping[str, Any]]
 
 
 def first_alert(rule: Rule, run: RunView, prefixes: Sequence[RunView] | None = None) -> Alert | None:
-    """``rule``'s first run alert on ``run`` (replayed until it fires), or None. ``prefixes``: the run's views at
-    each evaluation, made once where several rules replay one run."""
-    alerts: list = []
-    views = prefixes if prefixes is not None else (run.prefix(end) for end in range(1, len(run.steps) + 1))
-    for view in views:
-        output = rule_output(rule, view, alerts)
-        alerts += output.alerts
-        fired = [alert for alert in output.alerts if alert.kind == "run"]
-        if fired:
-            return fired[0]
-    return None
+    """``rule``'s first run alert on ``run`` (replayed until it fires, :meth:`Rule.first_run_alert`), or None.
+    ``prefixes``: the run's views at each evaluation, made once where several rules replay one run."""
+    return rule.first_run_alert(run, prefixes)
 
 
 def first_warning(rule: Rule, run: RunView) -> int | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from capgeo_callbacks.keys import RANKME, VAL_LOSS
-from capgeo_callbacks.rules import FallFromPeakRule, RunView, make_rule, replay
+from capgeo_callbacks.rules import FallFromPeakRule, Rule, RunView, make_rule, replay
 
 STEPS = [0, 100, 200, 300, 400, 500, 600]
 
@@ -67,3 +68,29 @@ def test_the_registered_rules_and_their_settings() -> None:
 def test_bad_settings_are_refused(bad: dict) -> None:
     with pytest.raises(ValueError, match=next(iter(bad)) if "key" not in bad else "key"):
         FallFromPeakRule(**bad)
+
+
+def test_the_first_alert_in_one_pass_is_the_replays() -> None:
+    """``first_run_alert``'s one pass finds the alert that replaying the rule evaluation by evaluation finds (the
+    base class's replay), on noisy series with gaps, peaks before the ignored steps and several layers."""
+    found = tried = 0
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        steps = list(range(0, 1000, 10))
+        series = {}
+        for layer in ("blocks.0", "blocks.1", "norm_f"):
+            values = np.exp(np.cumsum(rng.normal(0.0, 0.05, len(steps))))
+            values[rng.random(len(steps)) < 0.15] = math.nan
+            series[f"{RANKME}{layer}"] = [[s, float(v)] for s, v in zip(steps, values, strict=True)]
+        series[VAL_LOSS] = series[f"{RANKME}blocks.1"]
+        run = RunView.from_points([[s, 0.0] for s in steps], series, {"max_steps": 1000})
+        for key, layer in ((VAL_LOSS, "deepest"), (RANKME, "deepest"), (RANKME, "any"), (RANKME, "blocks.0")):
+            for fall in (0.05, 0.2, 0.5):
+                for held in (1, 2, 5):
+                    for ignore_steps in (0, 200):
+                        rule = FallFromPeakRule(key, fall, held, ignore_steps, layer)
+                        one_pass = rule.first_run_alert(run)
+                        assert one_pass == Rule.first_run_alert(rule, run), (seed, key, layer, fall, held)
+                        assert one_pass == next(iter(replay(rule, run)[0]), None)
+                        found, tried = found + (one_pass is not None), tried + 1
+    assert 0 < found < tried  # the settings reach both outcomes
