@@ -46,7 +46,8 @@ def test_the_readme_first_screen_is_generated(regenerated: dict[Path, str]) -> N
                         "python -m study.record.twins_report readme",
                         "python -m study.record.user_forecast readme",
                         "python -m benchmarks.overhead_shares line benchmarks/results/budget/sort-hard/0.03 "
-                        "benchmarks/results/budget/reverse/0.03 study/corpus/twins/heldout",
+                        "benchmarks/results/budget/reverse/0.03 benchmarks/results/budget/size-l/0.03 "
+                        "study/corpus/twins/heldout",
                         "python -m benchmarks.suite_time line benchmarks/results/suite-time.json"]
     assert all(match.group(2).strip() for match in summary.PASSAGE.finditer(readme))
 
