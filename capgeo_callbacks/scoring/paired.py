@@ -23,6 +23,7 @@ says how many gave a figure).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,13 +58,20 @@ class Difference:
 
 def resample_weights(strata: Sequence[object], resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
     """How many times each run is drawn in each resample (``resamples`` x runs): within each stratum, as many
-    draws with replacement as the stratum has runs."""
-    labels = np.array([str(stratum) for stratum in strata])
+    draws with replacement as the stratum has runs. Read-only: the same strata, count and seed give the same draws,
+    made once (a page compares many scores on the same runs)."""
+    return _resample_weights(tuple(str(stratum) for stratum in strata), resamples, seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _resample_weights(strata: tuple[str, ...], resamples: int, seed: int) -> np.ndarray:
+    labels = np.array(strata)
     rng = np.random.default_rng(seed)
     weights = np.zeros((resamples, len(labels)))
     for label in dict.fromkeys(labels):  # in the order first seen: the same draws for the same runs
         members = np.flatnonzero(labels == label)
         weights[:, members] = rng.multinomial(len(members), np.full(len(members), 1.0 / len(members)), resamples)
+    weights.flags.writeable = False
     return weights
 
 

@@ -40,6 +40,9 @@ def test_resamples_keep_each_stratums_size_and_repeat_with_the_seed() -> None:
         members = [i for i, s in enumerate(STRATA) if s == label]
         assert np.all(weights[:, members].sum(axis=1) == size)
     assert np.array_equal(weights, resample_weights(STRATA, resamples=200, seed=1))
+    assert not np.array_equal(weights, resample_weights(STRATA, resamples=200, seed=2))
+    with pytest.raises(ValueError, match="read-only"):  # made once and shared: no caller can change another's draws
+        weights[0, 0] = 5
     weighted = metric("log_loss", Y, P, weights)
     assert weighted[0] == pytest.approx(log_loss(Y, P, sample_weight=weights[0]))
 
