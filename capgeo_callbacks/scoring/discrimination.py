@@ -40,6 +40,7 @@ scikit-learn is a statistics library the live callbacks do not need: ``pip insta
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -114,19 +115,28 @@ def _u_share(positives: np.ndarray, negatives: np.ndarray, axis: int = -1) -> np
 def auroc(positives: Sequence[float], negatives: Sequence[float], seed: int = 0, interval: bool = True) -> Auroc:
     """The AUROC of scores (higher = positive) of ``positives`` against ``negatives`` (module docstring), with its
     interval unless ``interval`` is False; infinite scores are allowed (only their order counts)."""
-    from scipy.stats import bootstrap, rankdata
+    from scipy.stats import rankdata
 
     n1, n0 = len(positives), len(negatives)
     if n1 < MIN_GROUP or n0 < MIN_GROUP:
         return Auroc(n1, n0)
     ranks = rankdata(np.array([*positives, *negatives], dtype=float))  # the AUROC depends on the order alone
-    value = float(_sklearn().roc_auc_score([1] * n1 + [0] * n0, ranks))
-    if not interval or np.all(ranks == ranks[0]):
+    return _auroc_of_ranks(tuple(ranks.tolist()), n1, seed, interval)
+
+
+@functools.lru_cache(maxsize=4096)  # the record scores many series whose runs fall in the same order
+def _auroc_of_ranks(ranks: tuple[float, ...], n1: int, seed: int, interval: bool) -> Auroc:
+    """:func:`auroc` of the first ``n1`` of ``ranks`` against the rest."""
+    from scipy.stats import bootstrap
+
+    n0 = len(ranks) - n1
+    order = np.array(ranks)
+    value = float(_sklearn().roc_auc_score([1] * n1 + [0] * n0, order))
+    if not interval or np.all(order == order[0]):
         return Auroc(n1, n0, value, value if interval else None, value if interval else None)
-    interval = bootstrap((ranks[:n1], ranks[n1:]), _u_share, n_resamples=RESAMPLES, vectorized=True,
-                         paired=False, method="percentile", random_state=np.random.default_rng(seed)
-                         ).confidence_interval
-    return Auroc(n1, n0, value, float(interval.low), float(interval.high))
+    found = bootstrap((order[:n1], order[n1:]), _u_share, n_resamples=RESAMPLES, vectorized=True, paired=False,
+                      method="percentile", random_state=np.random.default_rng(seed)).confidence_interval
+    return Auroc(n1, n0, value, float(found.low), float(found.high))
 
 
 # ------------------------------------------------------------------------------------------- scores

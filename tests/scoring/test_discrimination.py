@@ -198,3 +198,14 @@ def test_the_bootstrap_statistic_is_scipys_mann_whitney_u_over_the_pairs() -> No
     finally:
         module._PAIRS_PER_CHUNK = module_chunk
     assert module._u_share(np.array([[1.0, 2.0]]).T, np.array([[0.0, 2.0]]).T, axis=0).tolist() == [0.625]
+
+
+def test_scores_in_the_same_order_give_the_same_auroc_and_interval() -> None:
+    """Only the runs' order counts: a monotone change of the scores (the second asks for a cached figure) gives the
+    same AUROC and interval, and a different order a different one."""
+    positives, negatives = [0.9, 0.4, 0.8, 0.7, 0.35], [0.3, 0.5, 0.1, 0.2, 0.6, 0.45]
+    first = auroc(positives, negatives)
+    assert first == auroc([10 * x + 3 for x in positives], [10 * x + 3 for x in negatives])
+    assert first.value == pytest.approx(24 / 30) and first.low < first.value < first.high
+    swapped = auroc([0.9, 0.4, 0.8, 0.7, 0.55], negatives)  # one positive now above the negatives at 0.45 and 0.5
+    assert swapped.value == pytest.approx(26 / 30) and swapped != first
